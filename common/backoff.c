@@ -1,0 +1,29 @@
+#include "backoff.h"
+
+void backoff_init(struct backoff *b, uint64_t min_ms, uint64_t max_ms)
+{
+	b->min_ms = min_ms;
+	b->max_ms = max_ms < min_ms ? min_ms : max_ms;
+	b->attempt = 0;
+}
+
+uint64_t backoff_next(struct backoff *b, uint32_t rnd)
+{
+	uint64_t delay = b->min_ms;
+
+	for (unsigned i = 0; i < b->attempt && delay < b->max_ms; i++)
+		delay *= 2;
+	if (delay > b->max_ms)
+		delay = b->max_ms;
+	if (b->attempt < 64)
+		b->attempt++;
+
+	uint64_t half = delay / 2;
+	uint64_t span = delay - half;
+	return half + (span ? (uint64_t)rnd % (span + 1) : 0);
+}
+
+void backoff_reset(struct backoff *b)
+{
+	b->attempt = 0;
+}
