@@ -104,7 +104,8 @@ CREATE TABLE batches (
     created_at     timestamptz NOT NULL DEFAULT now(),
     updated_at     timestamptz NOT NULL DEFAULT now(),
     FOREIGN KEY (org_id, campaign_id) REFERENCES campaigns (org_id, id),
-    UNIQUE (org_id, id)
+    UNIQUE (org_id, id),
+    UNIQUE (org_id, campaign_id, id)   -- lets contacts prove their denormalised campaign_id
 );
 CREATE INDEX batches_campaign_idx ON batches (campaign_id);
 
@@ -134,7 +135,7 @@ CREATE TABLE contacts (
     last_error      text,
     created_at      timestamptz NOT NULL DEFAULT now(),
     updated_at      timestamptz NOT NULL DEFAULT now(),
-    FOREIGN KEY (org_id, batch_id) REFERENCES batches (org_id, id),
+    FOREIGN KEY (org_id, campaign_id, batch_id) REFERENCES batches (org_id, campaign_id, id),
     CHECK (state <> 'claimed' OR (lease_token IS NOT NULL AND lease_until IS NOT NULL))
 );
 -- "The next dialable contacts of campaign X": an index range scan on (campaign, due time),

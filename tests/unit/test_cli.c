@@ -1,0 +1,161 @@
+/* The dispatcher's command line: help, version, refusal of bad settings (naming the setting and
+ * its bound), and the README's configuration table being the one the binary prints. */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+struct run {
+	int code;
+	char out[16384];
+	char err[4096];
+};
+
+static void drain(int fd, char *buf, size_t cap)
+{
+	size_t len = 0;
+	ssize_t n;
+
+	while (len + 1 < cap && ((n = read(fd, buf + len, cap - 1 - len)) > 0 || errno == EINTR))
+		len += n > 0 ? (size_t)n : 0;
+	buf[len] = '\0';
+	close(fd);
+}
+
+/* Runs the dispatcher with args and env (NAME=value strings, NULL-terminated). */
+static void run(struct run *r, char *const args[], char *const env[])
+{
+	const char *bin = getenv("DSP_DISPATCHER");
+	int out[2], err[2];
+	char *argv[8] = { (char *)bin };
+
+	assert_non_null(bin);
+	for (int i = 0; args[i] && i < 6; i++)
+		argv[i + 1] = args[i];
+	assert_int_equal(pipe(out), 0);
+	assert_int_equal(pipe(err), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		dup2(out[1], STDOUT_FILENO);
+		dup2(err[1], STDERR_FILENO);
+		close(out[0]);
+		close(err[0]);
+		execve(bin, argv, env);
+		_exit(127);
+	}
+	close(out[1]);
+	close(err[1]);
+	drain(out[0], r->out, sizeof(r->out)); /* outputs are small: no deadlock on err */
+	drain(err[0], r->err, sizeof(r->err));
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	r->code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static void help_and_version(void **state)
+{
+	static struct run r;
+	char *noenv[] = { NULL };
+	char *help[] = { "--help", NULL };
+	char *version[] = { "--version", NULL };
+	char *none[] = { NULL };
+	char *bogus[] = { "frobnicate", NULL };
+
+	run(&r, help, noenv);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "migrate"));
+	assert_non_null(strstr(r.out, "BATCH_DISPATCH_SLOT_WAIT_SECONDS"));
+	run(&r, version, noenv);
+	assert_int_equal(r.code, 0);
+	assert_non_null(strstr(r.out, "dispatcher "));
+	run(&r, none, noenv);
+	assert_int_equal(r.code, 2);
+	run(&r, bogus, noenv);
+	assert_int_equal(r.code, 2);
+	assert_non_null(strstr(r.err, "frobnicate"));
+}
+
+/* BATCH_DISPATCH_SLOT_WAIT_SECONDS is 1..300: at, below and above both bounds. */
+static void bad_setting_is_refused_with_its_bound(void **state)
+{
+	static struct run r;
+	char *cfg[] = { "config", NULL };
+	static const struct {
+		const char *env;
+		int code;
+	} cases[] = {
+		{ "BATCH_DISPATCH_SLOT_WAIT_SECONDS=0", 2 },
+		{ "BATCH_DISPATCH_SLOT_WAIT_SECONDS=1", 0 },
+		{ "BATCH_DISPATCH_SLOT_WAIT_SECONDS=15", 0 },
+		{ "BATCH_DISPATCH_SLOT_WAIT_SECONDS=300", 0 },
+		{ "BATCH_DISPATCH_SLOT_WAIT_SECONDS=301", 2 },
+		{ "BATCH_DISPATCH_SLOT_WAIT_SECONDS=fifteen", 2 },
+		{ "DISPATCHER_LOG_LEVEL=loud", 2 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *env[] = { (char *)cases[i].env, NULL };
+		run(&r, cfg, env);
+		if (r.code != cases[i].code)
+			fail_msg("%s: exit %d, want %d (%s)", cases[i].env, r.code, cases[i].code,
+				 r.err);
+		if (cases[i].code) {
+			char name[64];
+			snprintf(name, sizeof(name), "%.*s", (int)strcspn(cases[i].env, "="),
+				 cases[i].env);
+			assert_non_null(strstr(r.err, name));
+		}
+	}
+	/* A cross-setting bound: the reconnect cap may not be below the first delay. */
+	char *env[] = { "DISPATCHER_RECONNECT_MIN_MS=3000", "DISPATCHER_RECONNECT_MAX_MS=2000", NULL };
+	run(&r, cfg, env);
+	assert_int_equal(r.code, 2);
+	assert_non_null(strstr(r.err, "DISPATCHER_RECONNECT_MAX_MS"));
+}
+
+/* The README's table is exactly `dispatcher config --markdown`. */
+static void readme_table_is_current(void **state)
+{
+	static struct run r;
+	static char readme[65536];
+	char *md[] = { "config", "--markdown", NULL };
+	char *noenv[] = { NULL };
+	char path[512];
+
+	run(&r, md, noenv);
+	assert_int_equal(r.code, 0);
+	snprintf(path, sizeof(path), "%s/README.md", getenv("DSP_SOURCE_ROOT"));
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	size_t n = fread(readme, 1, sizeof(readme) - 1, f);
+	readme[n] = '\0';
+	fclose(f);
+	const char *begin = strstr(readme, "<!-- config-table:begin -->\n");
+	const char *end = strstr(readme, "<!-- config-table:end -->");
+	assert_non_null(begin);
+	assert_non_null(end);
+	begin += strlen("<!-- config-table:begin -->\n");
+	if ((size_t)(end - begin) != strlen(r.out) || strncmp(begin, r.out, strlen(r.out)) != 0)
+		fail_msg("README.md's configuration table is stale; replace it with the output of "
+			 "`dispatcher config --markdown`:\n%s",
+			 r.out);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(help_and_version),
+		cmocka_unit_test(bad_setting_is_refused_with_its_bound),
+		cmocka_unit_test(readme_table_is_current),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
