@@ -1,0 +1,109 @@
+/* Deficit round robin selector; see drr.h for the contract and its bounds. */
+#include "drr.h"
+
+#include <errno.h>
+#include <stddef.h>
+
+int drr_init(struct drr *d, struct drr_entry *entries, uint32_t capacity, uint32_t quantum,
+	     uint32_t carry_max)
+{
+	if (!d || (capacity && !entries) || quantum == 0 || capacity == DRR_NONE ||
+	    carry_max > UINT32_MAX - quantum)
+		return -EINVAL;
+	*d = (struct drr){
+		.entries = entries,
+		.capacity = capacity,
+		.head = DRR_NONE,
+		.quantum = quantum,
+		.carry_max = carry_max,
+	};
+	for (uint32_t i = 0; i < capacity; i++)
+		entries[i] = (struct drr_entry){ .next = DRR_NONE, .prev = DRR_NONE };
+	return 0;
+}
+
+bool drr_contains(const struct drr *d, uint32_t slot)
+{
+	return slot < d->capacity && d->entries[slot].linked;
+}
+
+int drr_add(struct drr *d, uint32_t slot)
+{
+	struct drr_entry *e;
+
+	if (!d || slot >= d->capacity)
+		return -EINVAL;
+	e = &d->entries[slot];
+	if (e->linked)
+		return -EEXIST;
+	*e = (struct drr_entry){ .linked = true };
+	if (d->head == DRR_NONE) {
+		e->next = e->prev = slot;
+		d->head = slot;
+		d->in_turn = false;
+	} else {
+		/* Last in the round: just before the campaign whose turn it is. */
+		uint32_t tail = d->entries[d->head].prev;
+
+		e->next = d->head;
+		e->prev = tail;
+		d->entries[tail].next = slot;
+		d->entries[d->head].prev = slot;
+	}
+	d->count++;
+	return 0;
+}
+
+static void advance(struct drr *d)
+{
+	d->head = d->entries[d->head].next;
+	d->in_turn = false;
+}
+
+int drr_remove(struct drr *d, uint32_t slot)
+{
+	struct drr_entry *e;
+
+	if (!d || slot >= d->capacity)
+		return -EINVAL;
+	e = &d->entries[slot];
+	if (!e->linked)
+		return -ENOENT;
+	if (--d->count == 0) {
+		d->head = DRR_NONE;
+		d->in_turn = false;
+	} else {
+		if (d->head == slot)
+			advance(d);
+		d->entries[e->prev].next = e->next;
+		d->entries[e->next].prev = e->prev;
+	}
+	*e = (struct drr_entry){ .next = DRR_NONE, .prev = DRR_NONE };
+	return 0;
+}
+
+int drr_next(struct drr *d, drr_ready_cb *ready, void *ctx, uint32_t *slot)
+{
+	if (!d || !ready || !slot)
+		return -EINVAL;
+	for (uint32_t visits = 0; visits < d->count; visits++) {
+		uint32_t c = d->head;
+		struct drr_entry *e = &d->entries[c];
+
+		if (!d->in_turn) {
+			e->deficit += d->quantum;
+			d->in_turn = true;
+		}
+		if (e->deficit > 0 && ready(ctx, c)) {
+			if (--e->deficit == 0)
+				advance(d);
+			*slot = c;
+			return 0;
+		}
+		/* Could not use (the rest of) its turn: carry the remainder, bounded. */
+		if (e->deficit > d->carry_max)
+			e->deficit = d->carry_max;
+		advance(d);
+	}
+	return -EAGAIN;
+}

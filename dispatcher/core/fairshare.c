@@ -1,0 +1,629 @@
+/* Fair share recompute: fluid shares (exact), floors, deficits and capacity figures.
+ * The readings of the SPEC this implements are listed in fairshare.h (R1..R13). */
+#include "fairshare.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT32_MAX
+
+/* A campaign of a gating agent, sorted by (agent, need) for the within-group water-filling. */
+struct member {
+	uint32_t agent;
+	uint32_t need;
+	uint32_t idx; /* input index */
+};
+
+/* One unit of the pool water-filling: a single campaign, or a block of a saturated agent group
+ * whose members all sit at the group's level num/den. */
+struct item {
+	int64_t num;	 /* value = num / den */
+	int64_t den;
+	int64_t total;	 /* value * weight, an integer */
+	uint32_t weight; /* campaigns in the item */
+	uint32_t ref;	 /* single: input index; block: first position in members[] */
+	uint32_t key;	 /* unique, orders ties deterministically */
+	bool block;
+};
+
+struct frac {
+	int64_t num;
+	int64_t den;
+};
+
+struct cand {
+	int64_t deficit;
+	const char *id;
+	uint32_t idx;
+};
+
+/* Sums over the inputs, once floors are known. */
+struct totals {
+	int64_t org_running; /* sum of running */
+	int64_t hold;	     /* sum of max(floor, running) */
+	int64_t floors;	     /* sum of floors */
+	int64_t shortfall;   /* sum of batch shortfalls */
+	uint32_t active;
+	uint32_t direct_reserve;
+};
+
+struct ctx {
+	const struct fairshare_org *org;
+	const struct fairshare_campaign *in;
+	struct fairshare_result *out;
+	uint32_t n;
+	uint32_t cap;	 /* the gating agent cap, FAIRSHARE_UNLIMITED when agents do not gate */
+	uint32_t direct; /* index of the direct input, NONE without one */
+	struct member *members;
+	struct item *items;
+	struct frac *fluid;
+	struct cand *cands;
+	int64_t *acc;	     /* accumulated deficit per input */
+	int64_t *agent_room; /* per agent: cap minus the group's floors */
+	int64_t *agent_short; /* per agent: sum of its batch campaigns' shortfall */
+	uint32_t n_members;
+	uint32_t n_items;
+};
+
+static size_t align8(size_t x)
+{
+	return (x + 7) & ~(size_t)7;
+}
+
+size_t fairshare_work_size(uint32_t n, uint32_t n_agents)
+{
+	size_t m = n ? n : 1;
+	size_t a = n_agents ? n_agents : 1;
+
+	return align8(m * sizeof(struct member)) + align8(m * sizeof(struct item)) +
+	       align8(m * sizeof(struct frac)) + align8(m * sizeof(struct cand)) +
+	       align8(m * sizeof(int64_t)) + 2 * align8(a * sizeof(int64_t));
+}
+
+static void *carve(char **p, size_t bytes)
+{
+	void *r = *p;
+
+	*p += align8(bytes);
+	return r;
+}
+
+static void work_setup(struct ctx *x, void *work)
+{
+	char *p = work;
+	size_t m = x->n ? x->n : 1;
+	size_t a = x->org->n_agents ? x->org->n_agents : 1;
+
+	x->members = carve(&p, m * sizeof(struct member));
+	x->items = carve(&p, m * sizeof(struct item));
+	x->fluid = carve(&p, m * sizeof(struct frac));
+	x->cands = carve(&p, m * sizeof(struct cand));
+	x->acc = carve(&p, m * sizeof(int64_t));
+	x->agent_room = carve(&p, a * sizeof(int64_t));
+	x->agent_short = carve(&p, a * sizeof(int64_t));
+	x->n_members = 0;
+	x->n_items = 0;
+}
+
+static bool count_ok(uint32_t v)
+{
+	return v <= FAIRSHARE_COUNT_MAX;
+}
+
+static bool limit_ok(uint32_t v)
+{
+	return v == FAIRSHARE_UNLIMITED || v <= FAIRSHARE_COUNT_MAX;
+}
+
+static int validate_org(const struct fairshare_org *org)
+{
+	if (org->org_limit == 0 || !count_ok(org->org_limit) || !count_ok(org->system_limit) ||
+	    !count_ok(org->system_running) || !limit_ok(org->per_agent))
+		return -EINVAL;
+	if (org->n_agents > FAIRSHARE_CAMPAIGNS_MAX || (org->n_agents && !org->agent_running))
+		return -EINVAL;
+	for (uint32_t a = 0; a < org->n_agents; a++)
+		if (!count_ok(org->agent_running[a]))
+			return -EINVAL;
+	return 0;
+}
+
+static int validate_campaign(const struct fairshare_org *org, const struct fairshare_campaign *c)
+{
+	const struct fairshare_carry *k = &c->carry;
+
+	if (!count_ok(c->running) || !count_ok(c->waiting) || !count_ok(c->due) ||
+	    !limit_ok(c->ceiling))
+		return -EINVAL;
+	if (c->agent != FAIRSHARE_NO_AGENT && c->agent >= org->n_agents)
+		return -EINVAL;
+	if (c->state != FAIRSHARE_RUNNING && c->state != FAIRSHARE_PAUSED &&
+	    c->state != FAIRSHARE_STOPPED)
+		return -EINVAL;
+	if (!isfinite(k->fluid) || k->fluid < 0 || k->fluid > FAIRSHARE_COUNT_MAX ||
+	    !count_ok(k->floor) || k->deficit > FAIRSHARE_DEFICIT_MAX ||
+	    k->deficit < -FAIRSHARE_DEFICIT_MAX)
+		return -EINVAL;
+	return 0;
+}
+
+static int validate(struct ctx *x)
+{
+	uint64_t running = 0;
+	int rc = validate_org(x->org);
+
+	if (rc)
+		return rc;
+	x->direct = NONE;
+	for (uint32_t i = 0; i < x->n; i++) {
+		const struct fairshare_campaign *c = &x->in[i];
+
+		rc = validate_campaign(x->org, c);
+		if (rc)
+			return rc;
+		if (c->direct) {
+			if (x->direct != NONE)
+				return -EINVAL;
+			x->direct = i;
+		}
+		running += c->running;
+	}
+	return running <= FAIRSHARE_COUNT_MAX ? 0 : -EINVAL;
+}
+
+static bool is_active(const struct fairshare_campaign *c)
+{
+	return c->state == FAIRSHARE_RUNNING && (uint64_t)c->waiting + c->due > 0;
+}
+
+static uint32_t need_of(const struct fairshare_org *org, const struct fairshare_campaign *c)
+{
+	uint64_t demand = (uint64_t)c->running + c->waiting + c->due;
+	uint64_t cap = org->org_limit;
+
+	if (!is_active(c))
+		return 0;
+	if (!c->direct && c->ceiling < cap)
+		cap = c->ceiling;
+	return (uint32_t)(demand < cap ? demand : cap);
+}
+
+/* Whether c's agent gates (R3): only batch campaigns with an agent, and only if per_agent < org. */
+static bool gated(const struct ctx *x, const struct fairshare_campaign *c)
+{
+	return x->cap != FAIRSHARE_UNLIMITED && !c->direct && c->agent != FAIRSHARE_NO_AGENT;
+}
+
+/* Integral of (fluid - floor) dt over the elapsed interval, added to the carried deficit (R5). */
+static int64_t accumulate(const struct fairshare_carry *k, uint64_t elapsed_ms)
+{
+	double d = (k->fluid - (double)k->floor) * (double)elapsed_ms * 1000.0;
+	int64_t step, v;
+
+	if (d > 2.0 * FAIRSHARE_DEFICIT_MAX)
+		step = 2 * FAIRSHARE_DEFICIT_MAX;
+	else if (d < -2.0 * FAIRSHARE_DEFICIT_MAX)
+		step = -2 * FAIRSHARE_DEFICIT_MAX;
+	else
+		step = llround(d);
+	v = k->deficit + step;
+	if (v > FAIRSHARE_DEFICIT_MAX)
+		v = FAIRSHARE_DEFICIT_MAX;
+	if (v < -FAIRSHARE_DEFICIT_MAX)
+		v = -FAIRSHARE_DEFICIT_MAX;
+	return v;
+}
+
+static int cmp_member(const void *pa, const void *pb)
+{
+	const struct member *a = pa, *b = pb;
+
+	if (a->agent != b->agent)
+		return a->agent < b->agent ? -1 : 1;
+	if (a->need != b->need)
+		return a->need < b->need ? -1 : 1;
+	return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+static void push_single(struct ctx *x, uint32_t idx, uint32_t need)
+{
+	struct item *it = &x->items[x->n_items++];
+
+	*it = (struct item){ .num = need, .den = 1, .total = need, .weight = 1, .ref = idx,
+			     .key = idx, .block = false };
+}
+
+static void push_block(struct ctx *x, uint32_t pos, int64_t rem, uint32_t cnt)
+{
+	struct item *it = &x->items[x->n_items++];
+
+	*it = (struct item){ .num = rem, .den = cnt, .total = rem, .weight = cnt, .ref = pos,
+			     .key = x->n + pos, .block = true };
+}
+
+/* Water-fills the agent cap over members[s, e) (one agent, sorted by need), whose needs sum
+ * above the cap: the smallest needs are met, the rest form one block at the group's level. */
+static void group_fill(struct ctx *x, uint32_t s, uint32_t e)
+{
+	int64_t rem = x->cap;
+	uint32_t cnt = e - s;
+
+	for (uint32_t p = s; p < e; p++, cnt--) {
+		uint32_t need = x->members[p].need;
+
+		if ((int64_t)need * cnt >= rem) {
+			push_block(x, p, rem, cnt);
+			return;
+		}
+		rem -= need;
+		push_single(x, x->members[p].idx, need);
+	}
+}
+
+/* Builds the pool's items: active campaigns outside gating groups, and per gating agent either
+ * its members (needs within the cap) or its met members plus one block (R3). */
+static void build_items(struct ctx *x)
+{
+	for (uint32_t i = 0; i < x->n; i++) {
+		if (!x->out[i].active)
+			continue;
+		if (gated(x, &x->in[i]))
+			x->members[x->n_members++] = (struct member){ x->in[i].agent,
+								      x->out[i].need, i };
+		else
+			push_single(x, i, x->out[i].need);
+	}
+	qsort(x->members, x->n_members, sizeof(struct member), cmp_member);
+	for (uint32_t s = 0, e; s < x->n_members; s = e) {
+		int64_t sum = 0;
+
+		for (e = s; e < x->n_members && x->members[e].agent == x->members[s].agent; e++)
+			sum += x->members[e].need;
+		if (sum <= x->cap) {
+			for (uint32_t p = s; p < e; p++)
+				push_single(x, x->members[p].idx, x->members[p].need);
+		} else {
+			group_fill(x, s, e);
+		}
+	}
+}
+
+static int cmp_item(const void *pa, const void *pb)
+{
+	const struct item *a = pa, *b = pb;
+	int64_t l = a->num * b->den, r = b->num * a->den;
+
+	if (l != r)
+		return l < r ? -1 : 1;
+	return (a->key > b->key) - (a->key < b->key);
+}
+
+static void assign(struct ctx *x, const struct item *it, int64_t num, int64_t den)
+{
+	if (!it->block) {
+		x->fluid[it->ref] = (struct frac){ num, den };
+		return;
+	}
+	for (uint32_t p = it->ref; p < it->ref + it->weight; p++)
+		x->fluid[x->members[p].idx] = (struct frac){ num, den };
+}
+
+/* Water-fills org_limit over the items (sorted by value). Returns the sum of fluid shares. */
+static int64_t pool_fill(struct ctx *x)
+{
+	int64_t rem = x->org->org_limit;
+	int64_t w = 0;
+	uint32_t i;
+
+	qsort(x->items, x->n_items, sizeof(struct item), cmp_item);
+	for (i = 0; i < x->n_items; i++)
+		w += x->items[i].weight;
+	for (i = 0; i < x->n_items; i++) {
+		const struct item *it = &x->items[i];
+
+		if (it->num * w >= rem * it->den) {
+			for (; i < x->n_items; i++)
+				assign(x, &x->items[i], rem, w);
+			return x->org->org_limit;
+		}
+		rem -= it->total;
+		w -= it->weight;
+		assign(x, it, it->num, it->den);
+	}
+	return x->org->org_limit - rem;
+}
+
+static int cmp_cand(const void *pa, const void *pb)
+{
+	const struct cand *a = pa, *b = pb;
+	int c;
+
+	if (a->deficit != b->deficit)
+		return a->deficit > b->deficit ? -1 : 1;
+	c = strcmp(a->id ? a->id : "", b->id ? b->id : "");
+	if (c)
+		return c;
+	return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+/* Floors: every fluid share rounded down, then `sum - floors` round-ups by deficit (R4). */
+static int round_floors(struct ctx *x, int64_t sum)
+{
+	int64_t floors = 0;
+	uint32_t nc = 0;
+
+	for (uint32_t a = 0; a < x->org->n_agents; a++)
+		x->agent_room[a] = x->cap;
+	for (uint32_t i = 0; i < x->n; i++) {
+		const struct frac *f = &x->fluid[i];
+
+		x->out[i].floor = (uint32_t)(f->num / f->den);
+		floors += x->out[i].floor;
+		if (x->out[i].active && gated(x, &x->in[i]))
+			x->agent_room[x->in[i].agent] -= x->out[i].floor;
+		if (f->num % f->den)
+			x->cands[nc++] = (struct cand){ x->acc[i], x->in[i].id, i };
+	}
+	qsort(x->cands, nc, sizeof(struct cand), cmp_cand);
+	for (uint32_t j = 0; j < nc && floors < sum; j++) {
+		uint32_t i = x->cands[j].idx;
+		bool g = gated(x, &x->in[i]);
+
+		if (g && x->agent_room[x->in[i].agent] <= 0)
+			continue;
+		x->out[i].floor++;
+		floors++;
+		if (g)
+			x->agent_room[x->in[i].agent]--;
+	}
+	return floors == sum ? 0 : -ENOTRECOVERABLE; /* unreachable: R4 proves room exists */
+}
+
+static void sum_totals(struct ctx *x, struct totals *t)
+{
+	*t = (struct totals){ 0 };
+	for (uint32_t a = 0; a < x->org->n_agents; a++)
+		x->agent_short[a] = 0;
+	for (uint32_t i = 0; i < x->n; i++) {
+		const struct fairshare_campaign *c = &x->in[i];
+		struct fairshare_result *o = &x->out[i];
+
+		o->shortfall = o->floor > c->running ? o->floor - c->running : 0;
+		t->org_running += c->running;
+		t->hold += o->floor > c->running ? o->floor : c->running;
+		t->floors += o->floor;
+		t->active += o->active;
+		if (c->direct)
+			continue;
+		t->shortfall += o->shortfall;
+		if (gated(x, c))
+			x->agent_short[c->agent] += o->shortfall;
+	}
+	if (x->direct != NONE && x->in[x->direct].waiting > 0) {
+		uint32_t k = x->in[x->direct].waiting;
+		uint32_t fd = x->out[x->direct].floor > 1 ? x->out[x->direct].floor : 1;
+
+		t->direct_reserve = k < fd ? k : fd;
+	}
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+static int64_t max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
+
+static int64_t system_room(const struct fairshare_org *org)
+{
+	return max64(0, (int64_t)org->system_limit - org->system_running);
+}
+
+/* Calls the gate would admit for input i now, in a row, enforcement on (R7, R8, R12). */
+static int64_t admissible(const struct ctx *x, const struct totals *t, uint32_t i)
+{
+	const struct fairshare_campaign *c = &x->in[i];
+	int64_t L = x->org->org_limit, O = t->org_running, r = c->running;
+	int64_t f = x->out[i].floor, sh = x->out[i].shortfall;
+	int64_t n = system_room(x->org), fair;
+
+	if (c->direct) {
+		n = min64(n, L - O);
+		fair = max64(max64(f, 1) - r, L - t->shortfall - O);
+	} else {
+		int64_t R = t->direct_reserve;
+		int64_t borrow = L - R - (t->shortfall - sh) - O;
+
+		n = min64(n, L - R - O);
+		if (gated(x, c)) {
+			int64_t ar = x->org->agent_running[c->agent];
+
+			n = min64(n, (int64_t)x->cap - ar);
+			borrow = min64(borrow, x->cap - ar - (x->agent_short[c->agent] - sh));
+		}
+		if (c->ceiling != FAIRSHARE_UNLIMITED)
+			n = min64(n, (int64_t)c->ceiling - r);
+		fair = max64(f - r, borrow);
+	}
+	return max64(0, min64(n, fair));
+}
+
+/* effective_limit and its binding term (C12, R11). Ties keep the broader level. */
+static void effective(const struct ctx *x, const struct totals *t, uint32_t i)
+{
+	const struct fairshare_campaign *c = &x->in[i];
+	struct fairshare_result *o = &x->out[i];
+	int64_t r = c->running, f = o->floor;
+	int64_t others = t->hold - max64(f, r);
+	int64_t best = r + system_room(x->org), org = max64(f, x->org->org_limit - others);
+
+	o->limited_by = FAIRSHARE_BY_SYSTEM;
+	o->limited_by_value = x->org->system_limit;
+	if (org < best) {
+		best = org;
+		o->limited_by = others > 0 ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG;
+		o->limited_by_value = others > 0 ? t->active : x->org->org_limit;
+	}
+	if (gated(x, c)) {
+		int64_t ag = r + max64(0, (int64_t)x->cap - x->org->agent_running[c->agent]);
+
+		if (ag < best) {
+			best = ag;
+			o->limited_by = FAIRSHARE_BY_AGENT;
+			o->limited_by_value = x->cap;
+		}
+	}
+	if (!c->direct && c->ceiling != FAIRSHARE_UNLIMITED && c->ceiling < best) {
+		best = c->ceiling;
+		o->limited_by = FAIRSHARE_BY_CEILING;
+		o->limited_by_value = c->ceiling;
+	}
+	o->effective_limit = (uint32_t)best;
+}
+
+static void capacity(const struct ctx *x, const struct totals *t, uint32_t i)
+{
+	const struct fairshare_campaign *c = &x->in[i];
+	struct fairshare_result *o = &x->out[i];
+
+	o->reserved_for_other_campaigns = (uint32_t)(t->floors - o->floor);
+	if (x->org->enforced) {
+		effective(x, t, i);
+		o->available_now = (uint32_t)admissible(x, t, i);
+	} else {
+		o->available_now = (uint32_t)system_room(x->org);
+		o->effective_limit = c->running + o->available_now;
+		o->limited_by = FAIRSHARE_BY_ENFORCEMENT_OFF;
+		o->limited_by_value = 0;
+	}
+	if (c->state != FAIRSHARE_RUNNING) {
+		o->available_now = 0;
+		if (o->effective_limit > c->running)
+			o->effective_limit = c->running;
+		o->limited_by = c->state == FAIRSHARE_PAUSED ? FAIRSHARE_BY_PAUSED
+							     : FAIRSHARE_BY_STOPPED;
+		o->limited_by_value = 0;
+	}
+}
+
+static void prepare(struct ctx *x)
+{
+	const struct fairshare_org *org = x->org;
+
+	x->cap = FAIRSHARE_UNLIMITED;
+	if (org->per_agent != FAIRSHARE_UNLIMITED && org->per_agent < org->org_limit)
+		x->cap = org->per_agent;
+	for (uint32_t i = 0; i < x->n; i++) {
+		x->out[i] = (struct fairshare_result){ 0 };
+		x->out[i].active = is_active(&x->in[i]);
+		x->out[i].need = need_of(org, &x->in[i]);
+		x->acc[i] = accumulate(&x->in[i].carry, org->elapsed_ms);
+		x->fluid[i] = (struct frac){ 0, 1 };
+	}
+}
+
+static void finish(struct ctx *x, const struct totals *t, struct fairshare_summary *summary)
+{
+	for (uint32_t i = 0; i < x->n; i++) {
+		struct fairshare_result *o = &x->out[i];
+
+		o->fluid = (double)x->fluid[i].num / (double)x->fluid[i].den;
+		if (o->active)
+			o->carry = (struct fairshare_carry){ x->acc[i], o->fluid, o->floor };
+		capacity(x, t, i);
+	}
+	if (summary)
+		*summary = (struct fairshare_summary){
+			.active_campaigns = t->active,
+			.floors_total = (uint32_t)t->floors,
+			.org_running = (uint32_t)t->org_running,
+			.direct_reserve = t->direct_reserve,
+			.shortfall_total = (uint64_t)t->shortfall,
+		};
+}
+
+int fairshare_recompute(const struct fairshare_org *org, const struct fairshare_campaign *in,
+			uint32_t n, struct fairshare_result *out, struct fairshare_summary *summary,
+			void *work, size_t work_size)
+{
+	struct ctx x = { .org = org, .in = in, .out = out, .n = n };
+	struct totals t;
+	int rc;
+
+	if (!org || !work || (n && (!in || !out)))
+		return -EINVAL;
+	rc = validate(&x);
+	if (rc)
+		return rc;
+	if (work_size < fairshare_work_size(n, org->n_agents))
+		return -ENOBUFS;
+	work_setup(&x, work);
+	prepare(&x);
+	build_items(&x);
+	rc = round_floors(&x, pool_fill(&x));
+	if (rc)
+		return rc;
+	sum_totals(&x, &t);
+	finish(&x, &t, summary);
+	return 0;
+}
+
+static const char *lines(uint32_t v)
+{
+	return v == 1 ? "line" : "lines";
+}
+
+int fairshare_limited_by_format(enum fairshare_limit by, uint32_t value, char *buf, size_t size)
+{
+	if (!buf && size)
+		return -EINVAL;
+	switch (by) {
+	case FAIRSHARE_BY_SYSTEM:
+		return snprintf(buf, size, "the system limit of %" PRIu32 " %s", value, lines(value));
+	case FAIRSHARE_BY_ORG:
+		return snprintf(buf, size, "the organisation limit of %" PRIu32 " %s", value,
+				lines(value));
+	case FAIRSHARE_BY_FAIR_SHARE:
+		return snprintf(buf, size,
+				"a fair share of the organisation pool across %" PRIu32
+				" active campaign%s",
+				value, value == 1 ? "" : "s");
+	case FAIRSHARE_BY_AGENT:
+		return snprintf(buf, size, "the per-agent limit of %" PRIu32 " %s", value,
+				lines(value));
+	case FAIRSHARE_BY_CEILING:
+		return snprintf(buf, size, "the campaign's max_concurrent_calls of %" PRIu32, value);
+	case FAIRSHARE_BY_ENFORCEMENT_OFF:
+		return snprintf(buf, size, "concurrency management is off for this organisation");
+	case FAIRSHARE_BY_PAUSED:
+		return snprintf(buf, size, "the campaign is paused");
+	case FAIRSHARE_BY_STOPPED:
+		return snprintf(buf, size, "the campaign is stopped");
+	}
+	return -EINVAL;
+}
+
+const char *fairshare_limit_name(enum fairshare_limit by)
+{
+	static const char *const names[] = {
+		[FAIRSHARE_BY_SYSTEM] = "system",
+		[FAIRSHARE_BY_ORG] = "organisation",
+		[FAIRSHARE_BY_FAIR_SHARE] = "fair_share",
+		[FAIRSHARE_BY_AGENT] = "agent",
+		[FAIRSHARE_BY_CEILING] = "campaign",
+		[FAIRSHARE_BY_ENFORCEMENT_OFF] = "enforcement_off",
+		[FAIRSHARE_BY_PAUSED] = "paused",
+		[FAIRSHARE_BY_STOPPED] = "stopped",
+	};
+
+	if ((unsigned)by < sizeof(names) / sizeof(names[0]) && names[by])
+		return names[by];
+	return "unknown";
+}
