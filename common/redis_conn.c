@@ -147,6 +147,7 @@ static void lost(struct redis_conn *conn, const char *why)
 		log_warn(LOG_REDIS, "connection to %s lost: %s", conn->path[0] ? conn->path : conn->host,
 			 why);
 	} else {
+		conn->stats.failed_connects++;
 		log_debug(LOG_REDIS, "connect to %s failed: %s",
 			  conn->path[0] ? conn->path : conn->host, why);
 	}
@@ -308,6 +309,7 @@ static void start_connect(struct redis_conn *conn)
 	if (conn->state == ST_CLOSED)
 		return;
 	if (open_context(conn) < 0) {
+		conn->stats.failed_connects++;
 		schedule_reconnect(conn);
 		return;
 	}

@@ -44,6 +44,7 @@ struct redis_conn_stats {
 	uint64_t disconnects;	/* up -> down transitions */
 	uint64_t timeouts;	/* commands past their deadline */
 	uint64_t refused;	/* commands refused because the connection was down */
+	uint64_t failed_connects; /* connect attempts that failed (refused, reset, timed out) */
 };
 
 /* Creates a connection and starts connecting. *out is owned by the caller until

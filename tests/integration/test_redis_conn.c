@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <cmocka.h>
 
 struct probe {
@@ -250,6 +251,86 @@ static void refused_connect_keeps_trying(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* A server that accepts and resets at once (SO_LINGER 0): epoll reports an error on the socket,
+ * which Debian's hiredis libuv adapter drops (the connect would then hang until its deadline).
+ * With deadlines of a minute, a failed attempt must still be seen within seconds. */
+static void rst_alloc_cb(uv_handle_t *h, size_t size, uv_buf_t *buf)
+{
+	static char mem[4096];
+	*buf = uv_buf_init(mem, sizeof(mem));
+}
+
+/* Resets the connection once the client's first bytes (its PING) arrived, so the client is
+ * then waiting to read: the reset reaches it as a poll error. */
+static void free_handle_cb(uv_handle_t *h)
+{
+	free(h);
+}
+
+static void rst_read_cb(uv_stream_t *client, ssize_t nread, const uv_buf_t *buf)
+{
+	static uv_os_fd_t fd; /* static: gcc 12 misreads uv_fileno's out-parameter as dangling */
+	struct linger lg = { 1, 0 };
+
+	if (nread == 0)
+		return;
+	if (nread > 0 && uv_fileno((uv_handle_t *)client, &fd) == 0)
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	uv_close((uv_handle_t *)client, free_handle_cb);
+}
+
+static void rst_accept_cb(uv_stream_t *server, int status)
+{
+	uv_tcp_t *client = malloc(sizeof(*client));
+
+	assert_int_equal(status, 0);
+	uv_tcp_init(server->loop, client);
+	assert_int_equal(uv_accept(server, (uv_stream_t *)client), 0);
+	uv_read_start((uv_stream_t *)client, rst_alloc_cb, rst_read_cb);
+}
+
+static bool failed_once(void *arg)
+{
+	struct redis_conn_stats st;
+	redis_conn_get_stats(arg, &st);
+	return st.failed_connects >= 2;
+}
+
+static void reset_by_peer_is_seen(void **state)
+{
+	uv_loop_t loop;
+	uv_tcp_t server;
+	struct sockaddr_in addr;
+	int len = sizeof(addr);
+	struct probe p = { 0 };
+	char url[64];
+
+	uv_loop_init(&loop);
+	uv_tcp_init(&loop, &server);
+	uv_ip4_addr("127.0.0.1", 0, &addr);
+	assert_int_equal(uv_tcp_bind(&server, (struct sockaddr *)&addr, 0), 0);
+	assert_int_equal(uv_listen((uv_stream_t *)&server, 16, rst_accept_cb), 0);
+	uv_tcp_getsockname(&server, (struct sockaddr *)&addr, &len);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", ntohs(addr.sin_port));
+
+	struct redis_conn_options o = {
+		.url = url,
+		.connect_timeout_ms = 60000,
+		.command_timeout_ms = 60000,
+		.reconnect_min_ms = 10,
+		.reconnect_max_ms = 20,
+		.state_cb = state_cb,
+		.data = &p,
+	};
+	struct redis_conn *c;
+	assert_int_equal(redis_conn_new(&loop, &o, &c), 0);
+	fixture_run_until(&loop, failed_once, c, 30000);
+	assert_false(redis_conn_is_up(c));
+	redis_conn_close(c, NULL, NULL);
+	uv_close((uv_handle_t *)&server, NULL);
+	fixture_loop_close(&loop);
+}
+
 static int setup(void **state)
 {
 	fixture_start(&svc, false, true, true, false);
@@ -271,6 +352,7 @@ int main(void)
 		cmocka_unit_test(server_restart_recovers),
 		cmocka_unit_test(close_cancels_pending),
 		cmocka_unit_test(refused_connect_keeps_trying),
+		cmocka_unit_test(reset_by_peer_is_seen),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
