@@ -5,9 +5,9 @@
 #include <stdint.h>
 
 struct backoff {
-	uint64_t min_ms; /* delay before the first retry, before jitter */
-	uint64_t max_ms; /* cap on the un-jittered delay */
-	unsigned attempt;  /* retries made since the last success */
+	uint64_t min_ms;  /* delay before the first retry, before jitter */
+	uint64_t max_ms;  /* cap on the un-jittered delay */
+	unsigned attempt; /* retries made since the last success */
 };
 
 /* Sets the bounds and clears the attempt count. */

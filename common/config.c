@@ -67,13 +67,16 @@ static int load_one(const struct config_setting *s, const char *text, char *base
 		errno = 0;
 		long long v = strtoll(text, &end, 10);
 		if (errno || end == text || *end != '\0') {
-			snprintf(err, errlen, "%s=\"%s\" is not a whole number (allowed: %lld to %lld)",
-				 s->name, text, s->min, s->max);
+			snprintf(err, errlen,
+				 "%s=\"%s\" is not a whole number (allowed: %lld to %lld)", s->name,
+				 text, s->min, s->max);
 			return DSP_ECONFIG;
 		}
 		if (v < s->min || v > s->max) {
-			snprintf(err, errlen, "%s=%lld is out of bounds: it must be between %lld and %lld%s%s",
-				 s->name, v, s->min, s->max, s->unit ? " " : "", s->unit ? s->unit : "");
+			snprintf(err, errlen,
+				 "%s=%lld is out of bounds: it must be between %lld and %lld%s%s",
+				 s->name, v, s->min, s->max, s->unit ? " " : "",
+				 s->unit ? s->unit : "");
 			return DSP_ECONFIG;
 		}
 		*(long long *)slot = v;
@@ -81,15 +84,16 @@ static int load_one(const struct config_setting *s, const char *text, char *base
 	}
 	case CONFIG_BOOL:
 		if (parse_bool(text, (bool *)slot) < 0) {
-			snprintf(err, errlen, "%s=\"%s\" is not a boolean (use true or false)", s->name,
-				 text);
+			snprintf(err, errlen, "%s=\"%s\" is not a boolean (use true or false)",
+				 s->name, text);
 			return DSP_ECONFIG;
 		}
 		return 0;
 	case CONFIG_ENUM: {
 		int i = find_choice(s->choices, text);
 		if (i < 0) {
-			snprintf(err, errlen, "%s=\"%s\" is not one of %s", s->name, text, s->choices);
+			snprintf(err, errlen, "%s=\"%s\" is not one of %s", s->name, text,
+				 s->choices);
 			return DSP_ECONFIG;
 		}
 		*(int *)slot = i;

@@ -21,7 +21,7 @@ enum config_type {
 };
 
 struct config_setting {
-	const char *name;    /* environment variable */
+	const char *name; /* environment variable */
 	enum config_type type;
 	long long min;	     /* CONFIG_INT: smallest accepted value */
 	long long max;	     /* CONFIG_INT: largest accepted value */

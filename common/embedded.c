@@ -32,7 +32,7 @@
 #define DSP_REDIS_SERVER "/usr/bin/redis-server"
 #endif
 
-#define EMBED_USER "dispatcher-embed"
+#define EMBED_USER	 "dispatcher-embed"
 #define READY_TIMEOUT_MS 90000 /* generous: initdb and start under ASan on a loaded machine */
 
 static void sleep_ms(long ms)
@@ -52,7 +52,8 @@ static long long now_ms(void)
 /* Asks the kernel for a free loopback port. Returns it, or a negative errno. */
 static int free_port(void)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(sa);
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	int port = -errno;
@@ -138,16 +139,19 @@ static int run(struct embedded *e, char *const argv[], const char *log_path, boo
 static int resolve_user(struct embedded *e)
 {
 	static const char *const fallbacks[] = { EMBED_USER, "postgres", "nobody" };
+	/* clang-format off */
 	char *useradd[] = { "/usr/sbin/useradd", "--system", "--no-create-home",
 			    "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin",
 			    EMBED_USER, NULL };
+	/* clang-format on */
 
 	e->pg_uid = getuid();
 	e->pg_gid = getgid();
 	if (geteuid() != 0)
 		return 0;
 	if (!getpwnam(EMBED_USER) && run(e, useradd, "/dev/null", false) != 0)
-		log_warn(LOG_EMBED, "could not create user %s; trying postgres, nobody", EMBED_USER);
+		log_warn(LOG_EMBED, "could not create user %s; trying postgres, nobody",
+			 EMBED_USER);
 	for (size_t i = 0; i < sizeof(fallbacks) / sizeof(fallbacks[0]); i++) {
 		struct passwd *pw = getpwnam(fallbacks[i]);
 		if (pw && pw->pw_uid != 0) {
@@ -287,8 +291,10 @@ static void path_in(const struct embedded *e, char *buf, size_t len, const char 
 static int pg_initdb(struct embedded *e)
 {
 	char bin[256], data[256], log[256];
+	/* clang-format off */
 	char *argv[] = { bin, "-D", data, "-U", "dispatcher", "--auth=trust", "--no-sync",
 			 "--no-instructions", "-E", "UTF8", "--locale=C", NULL };
+	/* clang-format on */
 
 	snprintf(bin, sizeof(bin), "%s/initdb", DSP_PG_BINDIR);
 	path_in(e, data, sizeof(data), "pgdata");
@@ -305,11 +311,13 @@ static int pg_initdb(struct embedded *e)
 static int pg_spawn(struct embedded *e)
 {
 	char bin[256], data[256], log[256], port[16], listen[64];
+	/* clang-format off */
 	char *argv[] = { bin, "-D", data, "-k", e->dir, "-p", port, "-c", listen,
 			 "-c", "fsync=off", "-c", "synchronous_commit=off",
 			 "-c", "full_page_writes=off", "-c", "shared_buffers=32MB",
 			 "-c", "max_connections=200", "-c", "unix_socket_permissions=0777",
 			 NULL };
+	/* clang-format on */
 
 	snprintf(bin, sizeof(bin), "%s/postgres", DSP_PG_BINDIR);
 	path_in(e, data, sizeof(data), "pgdata");
@@ -399,11 +407,13 @@ static int pg_first_start(struct embedded *e)
 static int redis_spawn(struct embedded *e)
 {
 	char sock[256], log[256], port[16];
+	/* clang-format off */
 	char *argv[] = { DSP_REDIS_SERVER, "--port", port, "--bind", "127.0.0.1",
 			 "--unixsocket", sock, "--unixsocketperm", "700",
 			 "--save", "", "--appendonly", "no",
 			 "--maxmemory-policy", "noeviction", "--daemonize", "no",
 			 "--dir", e->dir, "--protected-mode", "no", NULL };
+	/* clang-format on */
 
 	path_in(e, sock, sizeof(sock), "redis.sock");
 	path_in(e, log, sizeof(log), "redis.log");

@@ -23,24 +23,24 @@
 #include <sys/types.h>
 
 struct embedded_options {
-	bool postgres;	 /* start PostgreSQL */
-	bool redis;	 /* start Redis */
-	bool tcp;	 /* also listen on free loopback ports (for proxies, wrk, curl) */
-	bool keep_logs;	 /* print the path of the logs instead of deleting them on failure */
+	bool postgres;	/* start PostgreSQL */
+	bool redis;	/* start Redis */
+	bool tcp;	/* also listen on free loopback ports (for proxies, wrk, curl) */
+	bool keep_logs; /* print the path of the logs instead of deleting them on failure */
 };
 
 struct embedded {
-	char dir[128];		 /* the private directory */
-	char database_url[512];	 /* libpq connection string of the "dispatcher" database */
-	char redis_url[256];	 /* unix:///.../redis.sock */
-	int pg_port;		 /* TCP port (also names the unix socket) */
-	int redis_port;		 /* TCP port, 0 when tcp is off */
-	pid_t pg_pid;		 /* postmaster, 0 when stopped */
-	pid_t redis_pid;	 /* redis-server, 0 when stopped */
-	uid_t pg_uid;		 /* user PostgreSQL runs as */
+	char dir[128];		/* the private directory */
+	char database_url[512]; /* libpq connection string of the "dispatcher" database */
+	char redis_url[256];	/* unix:///.../redis.sock */
+	int pg_port;		/* TCP port (also names the unix socket) */
+	int redis_port;		/* TCP port, 0 when tcp is off */
+	pid_t pg_pid;		/* postmaster, 0 when stopped */
+	pid_t redis_pid;	/* redis-server, 0 when stopped */
+	uid_t pg_uid;		/* user PostgreSQL runs as */
 	gid_t pg_gid;
 	bool tcp;
-	int guardian_fd;	 /* write end of the guardian's pipe, -1 when none */
+	int guardian_fd; /* write end of the guardian's pipe, -1 when none */
 	pid_t guardian_pid;
 };
 

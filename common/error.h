@@ -9,8 +9,8 @@
 
 enum dsp_error {
 	DSP_EBASE = 10000,
-	DSP_EPG = -(DSP_EBASE + 1),	   /* PostgreSQL reported an error (logged where it happened) */
-	DSP_EREDIS = -(DSP_EBASE + 2),	   /* Redis reported an error reply */
+	DSP_EPG = -(DSP_EBASE + 1),    /* PostgreSQL reported an error (logged where it happened) */
+	DSP_EREDIS = -(DSP_EBASE + 2), /* Redis reported an error reply */
 	DSP_ECONFIG = -(DSP_EBASE + 3),	   /* a configuration value is out of bounds */
 	DSP_ESCHEMA = -(DSP_EBASE + 4),	   /* the database schema is not what this build expects */
 	DSP_ESERVICE = -(DSP_EBASE + 5),   /* an embedded server failed to start or answer */

@@ -73,8 +73,8 @@ void log_emit(enum log_level level, enum log_group group, const struct log_ids *
 	if (obj) {
 		cJSON_AddStringToObject(obj, "ts", ts);
 		cJSON_AddStringToObject(obj, "level", log_level_name(level));
-		cJSON_AddStringToObject(obj, "group",
-					(unsigned)group < LOG_GROUP_COUNT ? group_names[group] : "?");
+		cJSON_AddStringToObject(
+			obj, "group", (unsigned)group < LOG_GROUP_COUNT ? group_names[group] : "?");
 		cJSON_AddStringToObject(obj, "msg", msg);
 		if (ids) {
 			add_id(obj, "org", ids->org);

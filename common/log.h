@@ -63,15 +63,15 @@ void log_emit(enum log_level level, enum log_group group, const struct log_ids *
  * Returns buf. */
 char *log_mask_phone(const char *phone, char *buf, size_t len);
 
-#define LOG_AT(level, group, ids, ...)                            \
-	do {                                                      \
-		if ((level) <= log_current_level)                 \
-			log_emit((level), (group), (ids), __VA_ARGS__); \
+#define LOG_AT(level, group, ids, ...)                                                             \
+	do {                                                                                       \
+		if ((level) <= log_current_level)                                                  \
+			log_emit((level), (group), (ids), __VA_ARGS__);                            \
 	} while (0)
 
 #define log_error(group, ...) LOG_AT(LOG_ERROR, group, NULL, __VA_ARGS__)
-#define log_warn(group, ...) LOG_AT(LOG_WARN, group, NULL, __VA_ARGS__)
-#define log_info(group, ...) LOG_AT(LOG_INFO, group, NULL, __VA_ARGS__)
+#define log_warn(group, ...)  LOG_AT(LOG_WARN, group, NULL, __VA_ARGS__)
+#define log_info(group, ...)  LOG_AT(LOG_INFO, group, NULL, __VA_ARGS__)
 #define log_debug(group, ...) LOG_AT(LOG_DEBUG, group, NULL, __VA_ARGS__)
 
 #endif

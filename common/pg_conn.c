@@ -30,8 +30,8 @@ struct request {
 	const struct statement *stmt; /* prepared statement, or NULL for sql */
 	char *sql;		      /* owned; NULL for a prepared statement */
 	int nparams;
-	char **values;		      /* owned, one block with the strings */
-	PGresult *result;	      /* first result received */
+	char **values;	  /* owned, one block with the strings */
+	PGresult *result; /* first result received */
 };
 
 struct pg_poll {
@@ -42,18 +42,18 @@ struct pg_poll {
 struct pg_conn {
 	uv_loop_t *loop;
 	struct pg_conn_options opts;
-	char *conninfo;		/* owned copy */
-	PGconn *pg;		/* NULL when down */
-	struct pg_poll *poll;	/* watches PQsocket(pg) */
+	char *conninfo;	      /* owned copy */
+	PGconn *pg;	      /* NULL when down */
+	struct pg_poll *poll; /* watches PQsocket(pg) */
 	enum state state;
 	struct statement *stmts;
 	int nstmts;
-	int preparing;		/* index of the statement being prepared */
+	int preparing; /* index of the statement being prepared */
 	struct request *head, *tail;
 	unsigned queued;
 	struct request *inflight;
-	uv_timer_t retry_timer;	/* reconnect delay, then connect deadline */
-	uv_timer_t query_timer;	/* deadline of the statement in flight */
+	uv_timer_t retry_timer; /* reconnect delay, then connect deadline */
+	uv_timer_t query_timer; /* deadline of the statement in flight */
 	struct backoff backoff;
 	uint64_t rng;
 	int open_handles;
@@ -486,8 +486,8 @@ static int copy_values(struct request *req, int nparams, const char *const *valu
 	return 0;
 }
 
-static int enqueue(struct pg_conn *conn, const struct statement *stmt, const char *sql,
-		   int nparams, const char *const *values, pg_result_cb cb, void *data)
+static int enqueue(struct pg_conn *conn, const struct statement *stmt, const char *sql, int nparams,
+		   const char *const *values, pg_result_cb cb, void *data)
 {
 	if (conn->state == ST_CLOSED)
 		return -ESHUTDOWN;

@@ -22,28 +22,28 @@ enum state {
 struct request {
 	struct request *prev, *next; /* pending list, in send order (= reply order) */
 	struct redis_conn *conn;
-	redis_reply_cb cb;	     /* NULL for handshake commands */
+	redis_reply_cb cb; /* NULL for handshake commands */
 	void *data;
-	uint64_t deadline;	     /* uv_now() ms */
+	uint64_t deadline; /* uv_now() ms */
 	bool timed_out;
 };
 
 struct redis_conn {
 	uv_loop_t *loop;
 	struct redis_conn_options opts;
-	char *url;		 /* owned copy of opts.url */
+	char *url; /* owned copy of opts.url */
 	char host[256];
 	int port;
 	char path[108];
 	char password[256];
-	redisAsyncContext *ac;	 /* NULL when down; owned by hiredis once connected */
+	redisAsyncContext *ac; /* NULL when down; owned by hiredis once connected */
 	enum state state;
-	bool was_up;		 /* a down transition is reported only after an up one */
-	uv_timer_t retry_timer;	 /* reconnect delay, then connect deadline */
+	bool was_up;		   /* a down transition is reported only after an up one */
+	uv_timer_t retry_timer;	   /* reconnect delay, then connect deadline */
 	uv_timer_t deadline_timer; /* deadline of the oldest pending command */
 	struct backoff backoff;
 	uint64_t rng;
-	struct request pending;	 /* sentinel of the pending list */
+	struct request pending; /* sentinel of the pending list */
 	int open_handles;
 	void (*closed_cb)(void *data);
 	void *closed_data;
@@ -144,8 +144,8 @@ static void lost(struct redis_conn *conn, const char *why)
 		return;
 	if (was_up) {
 		conn->stats.disconnects++;
-		log_warn(LOG_REDIS, "connection to %s lost: %s", conn->path[0] ? conn->path : conn->host,
-			 why);
+		log_warn(LOG_REDIS, "connection to %s lost: %s",
+			 conn->path[0] ? conn->path : conn->host, why);
 	} else {
 		conn->stats.failed_connects++;
 		log_debug(LOG_REDIS, "connect to %s failed: %s",
@@ -163,7 +163,8 @@ static void drop(struct redis_conn *conn, const char *why)
 
 	lost(conn, why);
 	if (ac)
-		redisAsyncFree(ac); /* pending callbacks run with NULL; deferred inside a callback */
+		redisAsyncFree(
+			ac); /* pending callbacks run with NULL; deferred inside a callback */
 }
 
 static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
@@ -176,7 +177,7 @@ static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 	if (!r) {
 		if (conn->ac == ac)
 			lost(conn, ac->errstr[0] ? ac->errstr : "connection closed");
-		status = req->timed_out		   ? -ETIMEDOUT
+		status = req->timed_out		    ? -ETIMEDOUT
 			 : conn->state == ST_CLOSED ? -ECANCELED
 						    : -ECONNRESET;
 	}
@@ -203,7 +204,8 @@ static void ping_cb(redisAsyncContext *ac, void *r, void *privdata)
 	if (!ok) {
 		char why[160];
 		snprintf(why, sizeof(why), "handshake refused: %s",
-			 reply->type == REDIS_REPLY_ERROR ? reply->str : "unexpected reply to PING");
+			 reply->type == REDIS_REPLY_ERROR ? reply->str
+							  : "unexpected reply to PING");
 		log_error(LOG_REDIS, "%s", why);
 		drop(conn, why);
 		return;

@@ -30,20 +30,20 @@ typedef void (*redis_reply_cb)(struct redis_conn *conn, int status, redisReply *
 typedef void (*redis_state_cb)(struct redis_conn *conn, bool up, void *data);
 
 struct redis_conn_options {
-	const char *url;	      /* redis://[:password@]host:port or unix:///path (copied) */
-	uint64_t connect_timeout_ms;  /* deadline of one connect + handshake */
-	uint64_t command_timeout_ms;  /* deadline of one command; past it the connection drops */
-	uint64_t reconnect_min_ms;    /* first reconnect delay */
-	uint64_t reconnect_max_ms;    /* cap on the reconnect delay */
-	redis_state_cb state_cb;      /* may be NULL */
-	void *data;		      /* passed to state_cb, borrowed */
+	const char *url;	     /* redis://[:password@]host:port or unix:///path (copied) */
+	uint64_t connect_timeout_ms; /* deadline of one connect + handshake */
+	uint64_t command_timeout_ms; /* deadline of one command; past it the connection drops */
+	uint64_t reconnect_min_ms;   /* first reconnect delay */
+	uint64_t reconnect_max_ms;   /* cap on the reconnect delay */
+	redis_state_cb state_cb;     /* may be NULL */
+	void *data;		     /* passed to state_cb, borrowed */
 };
 
 struct redis_conn_stats {
-	uint64_t connects;	/* successful handshakes */
-	uint64_t disconnects;	/* up -> down transitions */
-	uint64_t timeouts;	/* commands past their deadline */
-	uint64_t refused;	/* commands refused because the connection was down */
+	uint64_t connects;	  /* successful handshakes */
+	uint64_t disconnects;	  /* up -> down transitions */
+	uint64_t timeouts;	  /* commands past their deadline */
+	uint64_t refused;	  /* commands refused because the connection was down */
 	uint64_t failed_connects; /* connect attempts that failed (refused, reset, timed out) */
 };
 
@@ -57,7 +57,8 @@ int redis_conn_command_argv(struct redis_conn *conn, redis_reply_cb cb, void *da
 			    const char **argv, const size_t *argvlen);
 
 /* printf-style variant of redis_conn_command_argv (hiredis formatting: %s, %b, %d ...). */
-int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, const char *fmt, ...);
+int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, const char *fmt,
+		       ...);
 
 /* Whether the handshake has completed and the connection is usable now. */
 bool redis_conn_is_up(const struct redis_conn *conn);

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 
 struct adapter {
-	uv_poll_t poll;		/* watches the context's fd; closed by cleanup */
-	redisAsyncContext *ac;	/* NULL once hiredis has cleaned up */
-	int events;		/* UV_READABLE / UV_WRITABLE currently wanted */
+	uv_poll_t poll;	       /* watches the context's fd; closed by cleanup */
+	redisAsyncContext *ac; /* NULL once hiredis has cleaned up */
+	int events;	       /* UV_READABLE / UV_WRITABLE currently wanted */
 };
 
 static void poll_cb(uv_poll_t *handle, int status, int events)

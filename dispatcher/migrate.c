@@ -19,12 +19,11 @@ struct applied {
 	char checksum[65];
 };
 
-static const char create_table_sql[] =
-	"CREATE TABLE IF NOT EXISTS schema_migrations ("
-	" version integer PRIMARY KEY,"
-	" name text NOT NULL,"
-	" checksum text NOT NULL,"
-	" applied_at timestamptz NOT NULL DEFAULT now())";
+static const char create_table_sql[] = "CREATE TABLE IF NOT EXISTS schema_migrations ("
+				       " version integer PRIMARY KEY,"
+				       " name text NOT NULL,"
+				       " checksum text NOT NULL,"
+				       " applied_at timestamptz NOT NULL DEFAULT now())";
 
 static void sha256_hex(const char *text, size_t len, char out[65])
 {
@@ -115,9 +114,9 @@ static int apply_one(PGconn *conn, const struct embedded_file *f, int version, c
 		return DSP_EMIGRATION;
 	}
 	PQclear(res);
-	res = PQexecParams(conn,
-			   "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-			   3, NULL, params, NULL, NULL, 0);
+	res = PQexecParams(
+		conn, "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
+		3, NULL, params, NULL, NULL, 0);
 	rc = check_ok(conn, res, PGRES_COMMAND_OK, "recording a migration");
 	PQclear(res);
 	if (rc < 0) {
@@ -148,7 +147,8 @@ static int walk(PGconn *conn, bool apply, struct migrate_report *r)
 		char sum[65];
 
 		if (version <= last) {
-			log_error(LOG_PG, "migration file name %s is not NNNN_name.sql in order", f->name);
+			log_error(LOG_PG, "migration file name %s is not NNNN_name.sql in order",
+				  f->name);
 			return DSP_EMIGRATION;
 		}
 		last = version;
@@ -157,8 +157,10 @@ static int walk(PGconn *conn, bool apply, struct migrate_report *r)
 		if (a) {
 			if (strcmp(a->checksum, sum) != 0) {
 				log_error(LOG_PG,
-					  "migration %s was changed after it was applied (checksum %.12s "
-					  "in the database, %.12s in this build): add a new migration "
+					  "migration %s was changed after it was applied (checksum "
+					  "%.12s "
+					  "in the database, %.12s in this build): add a new "
+					  "migration "
 					  "instead of editing an applied one",
 					  f->name, a->checksum, sum);
 				return DSP_EMIGRATION;

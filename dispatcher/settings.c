@@ -22,7 +22,8 @@ const struct config_setting settings_table[] = {
 	  "This worker's name in leases and logs. Unset: hostname:pid." },
 	{ "BATCH_DISPATCH_SLOT_WAIT_SECONDS", CONFIG_INT, 1, 300, "15", NULL, "s", false,
 	  OFF(batch_slot_wait_s),
-	  "How long a claimed batch contact waits for a line before going back to the queue (C9)." },
+	  "How long a claimed batch contact waits for a line before going back to the queue "
+	  "(C9)." },
 	{ "DISPATCHER_PG_CONNECT_TIMEOUT_MS", CONFIG_INT, 100, 60000, "5000", NULL, "ms", false,
 	  OFF(pg_connect_timeout_ms), "Deadline for one PostgreSQL connection attempt." },
 	{ "DISPATCHER_PG_QUERY_TIMEOUT_MS", CONFIG_INT, 10, 600000, "10000", NULL, "ms", false,
@@ -52,7 +53,8 @@ int settings_load(struct settings *out)
 	}
 	if (out->reconnect_max_ms < out->reconnect_min_ms) {
 		fprintf(stderr,
-			"dispatcher: configuration error: DISPATCHER_RECONNECT_MAX_MS=%lld must not be "
+			"dispatcher: configuration error: DISPATCHER_RECONNECT_MAX_MS=%lld must "
+			"not be "
 			"below DISPATCHER_RECONNECT_MIN_MS=%lld\n",
 			out->reconnect_max_ms, out->reconnect_min_ms);
 		settings_free(out);

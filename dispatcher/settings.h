@@ -5,18 +5,18 @@
 #include "config.h"
 
 struct settings {
-	char *database_url;		   /* libpq connection string or URI; NULL = not set */
-	char *redis_url;		   /* redis://host:port, or unix:///path/to/socket */
-	char *listen;			   /* host:port of the HTTP API */
-	int log_level;			   /* enum log_level */
-	char *worker_id;		   /* this process's name in leases; NULL = host:pid */
-	long long batch_slot_wait_s;	   /* C9: how long a claimed contact waits for a slot */
-	long long pg_connect_timeout_ms;   /* connect deadline of the PostgreSQL layer */
-	long long pg_query_timeout_ms;	   /* per-statement deadline */
+	char *database_url;		    /* libpq connection string or URI; NULL = not set */
+	char *redis_url;		    /* redis://host:port, or unix:///path/to/socket */
+	char *listen;			    /* host:port of the HTTP API */
+	int log_level;			    /* enum log_level */
+	char *worker_id;		    /* this process's name in leases; NULL = host:pid */
+	long long batch_slot_wait_s;	    /* C9: how long a claimed contact waits for a slot */
+	long long pg_connect_timeout_ms;    /* connect deadline of the PostgreSQL layer */
+	long long pg_query_timeout_ms;	    /* per-statement deadline */
 	long long redis_connect_timeout_ms; /* connect deadline of the Redis layer */
 	long long redis_command_timeout_ms; /* per-command deadline */
-	long long reconnect_min_ms;	   /* first reconnect delay (before jitter) */
-	long long reconnect_max_ms;	   /* cap on the reconnect delay */
+	long long reconnect_min_ms;	    /* first reconnect delay (before jitter) */
+	long long reconnect_max_ms;	    /* cap on the reconnect delay */
 };
 
 extern const struct config_setting settings_table[];

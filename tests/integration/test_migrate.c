@@ -57,7 +57,8 @@ static void concurrent_migrators_apply_once(void **state)
 		fixture_sleep_ms(20);
 	}
 	assert_int_equal(count(watch, "SELECT count(*) FROM pg_tables WHERE tablename = "
-				      "'organisations'"), 0);
+				      "'organisations'"),
+			 0);
 
 	snprintf(sql, sizeof(sql), "SELECT pg_advisory_unlock(%lld)", MIGRATE_LOCK_KEY);
 	PQclear(fixture_sql(holder, sql));
@@ -68,7 +69,8 @@ static void concurrent_migrators_apply_once(void **state)
 	}
 	/* One applied everything, the other found nothing to do. */
 	int applied = (strstr(out[0], "applied") != NULL) + (strstr(out[1], "applied") != NULL);
-	int noop = (strstr(out[0], "nothing to do") != NULL) + (strstr(out[1], "nothing to do") != NULL);
+	int noop = (strstr(out[0], "nothing to do") != NULL) +
+		   (strstr(out[1], "nothing to do") != NULL);
 	assert_int_equal(applied, 1);
 	assert_int_equal(noop, 1);
 	free(out[0]);
@@ -76,7 +78,8 @@ static void concurrent_migrators_apply_once(void **state)
 
 	assert_true(count(watch, "SELECT count(*) FROM schema_migrations") >= 1);
 	assert_int_equal(count(watch, "SELECT count(*) - count(DISTINCT version) FROM "
-				      "schema_migrations"), 0);
+				      "schema_migrations"),
+			 0);
 	assert_int_equal(count(watch, "SELECT count(*) FROM system_settings"), 1);
 	assert_int_equal(count(watch, "SELECT count(*) FROM leases"), 2);
 	PQfinish(holder);
@@ -104,7 +107,8 @@ static void changed_applied_file_is_refused(void **state)
 	char *out;
 	PGconn *c = fixture_pg(&svc);
 
-	PQclear(fixture_sql(c, "UPDATE schema_migrations SET checksum = 'tampered' WHERE version = 1"));
+	PQclear(fixture_sql(
+		c, "UPDATE schema_migrations SET checksum = 'tampered' WHERE version = 1"));
 	assert_int_equal(run_migrate(NULL, &out), 1);
 	free(out);
 	assert_int_equal(run_migrate("--status", &out), 1);

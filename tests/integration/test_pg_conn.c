@@ -15,11 +15,11 @@
 #include <cmocka.h>
 
 struct probe {
-	int ups, downs;		/* state_cb transitions */
-	int calls;		/* result callbacks */
-	int status;		/* last status */
-	char value[64];		/* first cell of the last result */
-	char sqlstate[8];	/* SQLSTATE of the last error */
+	int ups, downs;	  /* state_cb transitions */
+	int calls;	  /* result callbacks */
+	int status;	  /* last status */
+	char value[64];	  /* first cell of the last result */
+	char sqlstate[8]; /* SQLSTATE of the last error */
 };
 
 static struct embedded svc;

@@ -18,7 +18,7 @@ struct probe {
 	int ups, downs;
 	int calls;
 	int status;
-	int type;	  /* reply type of the last reply */
+	int type; /* reply type of the last reply */
 	long long integer;
 	char str[128];
 };
@@ -105,22 +105,26 @@ static void url_parsing(void **state)
 	int port;
 
 	assert_int_equal(redis_url_parse("redis://127.0.0.1:6380", host, sizeof(host), &port, path,
-					 sizeof(path), pw, sizeof(pw)), 0);
+					 sizeof(path), pw, sizeof(pw)),
+			 0);
 	assert_string_equal(host, "127.0.0.1");
 	assert_int_equal(port, 6380);
 	assert_int_equal(redis_url_parse("redis://:s3cret@cache/0", host, sizeof(host), &port, path,
-					 sizeof(path), pw, sizeof(pw)), 0);
+					 sizeof(path), pw, sizeof(pw)),
+			 0);
 	assert_string_equal(host, "cache");
 	assert_string_equal(pw, "s3cret");
 	assert_int_equal(port, 6379);
 	assert_int_equal(redis_url_parse("unix:///tmp/r.sock", host, sizeof(host), &port, path,
-					 sizeof(path), pw, sizeof(pw)), 0);
+					 sizeof(path), pw, sizeof(pw)),
+			 0);
 	assert_string_equal(path, "/tmp/r.sock");
-	const char *bad[] = { "http://x", "redis://", "redis://h:0", "redis://h:65536",
+	const char *bad[] = { "http://x",      "redis://",	  "redis://h:0", "redis://h:65536",
 			      "redis://h:12x", "unix://relative", NULL };
 	for (int i = 0; bad[i]; i++)
 		assert_int_equal(redis_url_parse(bad[i], host, sizeof(host), &port, path,
-						 sizeof(path), pw, sizeof(pw)), -EINVAL);
+						 sizeof(path), pw, sizeof(pw)),
+				 -EINVAL);
 }
 
 static void commands_and_errors(void **state)
@@ -165,7 +169,8 @@ static void pause_hits_deadline_then_recovers(void **state)
 	fixture_run_until(&loop, is_up, c, 60000);
 
 	/* CLIENT PAUSE stalls every other client's commands past the 200 ms deadline. */
-	assert_int_equal(command(&loop, admin, &admin_p, "CLIENT", "PAUSE", "1500", "ALL", NULL), 0);
+	assert_int_equal(command(&loop, admin, &admin_p, "CLIENT", "PAUSE", "1500", "ALL", NULL),
+			 0);
 	assert_int_equal(command(&loop, c, &p, "GET", "x", NULL), -ETIMEDOUT);
 	assert_int_equal(p.downs, 1);
 	fixture_run_until(&loop, is_up, c, 60000);

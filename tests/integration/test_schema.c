@@ -40,16 +40,20 @@ static void spec_defaults(void **state)
 	PQclear(fixture_sql(db, "INSERT INTO organisations (id, name) VALUES ('org_d', 'D')"));
 	assert_string_equal(value("SELECT org_limit FROM organisations WHERE id = 'org_d'"), "20");
 	assert_string_equal(value("SELECT concurrency_management_enabled FROM organisations WHERE "
-				  "id = 'org_d'"), "t");
+				  "id = 'org_d'"),
+			    "t");
 	assert_string_equal(value("SELECT per_agent_limit IS NULL FROM organisations WHERE id = "
-				  "'org_d'"), "t");
+				  "'org_d'"),
+			    "t");
 	assert_string_equal(value("SELECT format('%s/%s/%s', rate_default_per_minute, "
 				  "rate_calls_per_minute, rate_executions_per_minute) FROM "
-				  "organisations WHERE id = 'org_d'"), "1000/600/600");
+				  "organisations WHERE id = 'org_d'"),
+			    "1000/600/600");
 	assert_string_equal(value("SELECT pending_ceiling FROM organisations WHERE id = 'org_d'"),
 			    "250000");
 	assert_string_equal(value("SELECT format('%s/%s/%s', global_limit, gate_mode, gate_epoch)"
-				  " FROM system_settings"), "1000/redis/1");
+				  " FROM system_settings"),
+			    "1000/redis/1");
 	assert_string_equal(value("SELECT string_agg(name, ',' ORDER BY name) FROM leases"),
 			    "reconciler,refresher");
 	/* Generated ids carry their type's prefix. */
@@ -65,12 +69,18 @@ static void limits_at_below_above(void **state)
 	} cases[] = {
 		{ "INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'x', 0)", false },
 		{ "INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'x', 1)", true },
-		{ "INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'x', 100000)", true },
-		{ "INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'x', 100001)", false },
-		{ "INSERT INTO organisations (id, name, per_agent_limit) VALUES ('o1', 'x', 0)", false },
-		{ "INSERT INTO organisations (id, name, per_agent_limit) VALUES ('o1', 'x', 1)", true },
-		{ "INSERT INTO organisations (id, name, pending_ceiling) VALUES ('o1', 'x', -1)", false },
-		{ "INSERT INTO organisations (id, name, pending_ceiling) VALUES ('o1', 'x', 0)", true },
+		{ "INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'x', 100000)",
+		  true },
+		{ "INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'x', 100001)",
+		  false },
+		{ "INSERT INTO organisations (id, name, per_agent_limit) VALUES ('o1', 'x', 0)",
+		  false },
+		{ "INSERT INTO organisations (id, name, per_agent_limit) VALUES ('o1', 'x', 1)",
+		  true },
+		{ "INSERT INTO organisations (id, name, pending_ceiling) VALUES ('o1', 'x', -1)",
+		  false },
+		{ "INSERT INTO organisations (id, name, pending_ceiling) VALUES ('o1', 'x', 0)",
+		  true },
 		{ "INSERT INTO organisations (id, name) VALUES ('bad id!', 'x')", false },
 		{ "INSERT INTO organisations (id, name) VALUES ('', 'x')", false },
 		{ "UPDATE system_settings SET global_limit = 0", false },
@@ -89,8 +99,8 @@ static void limits_at_below_above(void **state)
 
 static void contact_constraints(void **state)
 {
-#define CONTACT_INSERT                                                                  \
-	"INSERT INTO contacts (org_id, campaign_id, batch_id, phone, state, lease_token, " \
+#define CONTACT_INSERT                                                                             \
+	"INSERT INTO contacts (org_id, campaign_id, batch_id, phone, state, lease_token, "         \
 	"lease_until) VALUES ('org_s', 'cmp_1', 'batch_1', '%s', '%s', %s, %s)"
 	static const struct {
 		const char *phone, *state, *token, *until;
@@ -103,7 +113,7 @@ static void contact_constraints(void **state)
 		{ "+1234567", "pending", "NULL", "NULL", true },	 /* 7 digits */
 		{ "+123456789012345", "pending", "NULL", "NULL", true }, /* 15 digits: E.164 max */
 		{ "+1234567890123456", "pending", "NULL", "NULL", false }, /* 16 */
-		{ "+14155550100", "claimed", "NULL", "NULL", false },	 /* claim without lease */
+		{ "+14155550100", "claimed", "NULL", "NULL", false },	   /* claim without lease */
 		{ "+14155550100", "claimed", "7", "now()", true },
 		{ "+14155550100", "sleeping", "NULL", "NULL", false },
 	};
@@ -119,8 +129,8 @@ static void contact_constraints(void **state)
 	assert_false(accepted("INSERT INTO contacts (org_id, campaign_id, batch_id, phone) VALUES "
 			      "('org_s', 'cmp_2', 'batch_1', '+14155550100')"));
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		snprintf(sql, sizeof(sql), CONTACT_INSERT, cases[i].phone, cases[i].state, cases[i].token,
-			 cases[i].until);
+		snprintf(sql, sizeof(sql), CONTACT_INSERT, cases[i].phone, cases[i].state,
+			 cases[i].token, cases[i].until);
 		if (accepted(sql) != cases[i].ok)
 			fail_msg("expected %s: %s", cases[i].ok ? "accepted" : "refused", sql);
 	}
@@ -130,22 +140,28 @@ static void contact_constraints(void **state)
  * times spread over a day) and asserts the claim and due-count plans. */
 static void next_dialable_is_an_index_range_scan(void **state)
 {
-	PQclear(fixture_sql(db, "INSERT INTO organisations (id, name) VALUES ('org_p', 'P');"
-				"INSERT INTO agents (id, org_id) VALUES ('agent_p', 'org_p');"
-				"INSERT INTO campaigns (id, org_id, agent_id) SELECT 'cmp_p' || g, "
-				"'org_p', 'agent_p' FROM generate_series(1, 6) g;"
-				"INSERT INTO batches (id, org_id, campaign_id) SELECT 'batch_p' || g, "
-				"'org_p', 'cmp_p' || g FROM generate_series(1, 6) g;"));
 	PQclear(fixture_sql(db,
-		"INSERT INTO contacts (org_id, campaign_id, batch_id, phone, state, next_attempt_at)"
-		" SELECT 'org_p', 'cmp_p' || (g % 6 + 1), 'batch_p' || (g % 6 + 1),"
-		" '+1415' || lpad(g::text, 7, '0'),"
-		" (CASE WHEN g % 3 = 0 THEN 'done' WHEN g % 7 = 0 THEN 'failed' ELSE 'pending'"
-		" END)::contact_state, now() - interval '12 hours' + (g % 1440) * interval '1 minute'"
-		" FROM generate_series(1, 120000) g"));
+			    "INSERT INTO organisations (id, name) VALUES ('org_p', 'P');"
+			    "INSERT INTO agents (id, org_id) VALUES ('agent_p', 'org_p');"
+			    "INSERT INTO campaigns (id, org_id, agent_id) SELECT 'cmp_p' || g, "
+			    "'org_p', 'agent_p' FROM generate_series(1, 6) g;"
+			    "INSERT INTO batches (id, org_id, campaign_id) SELECT 'batch_p' || g, "
+			    "'org_p', 'cmp_p' || g FROM generate_series(1, 6) g;"));
+	PQclear(fixture_sql(
+		db, "INSERT INTO contacts (org_id, campaign_id, batch_id, phone, state, "
+		    "next_attempt_at)"
+		    " SELECT 'org_p', 'cmp_p' || (g % 6 + 1), 'batch_p' || (g % 6 + 1),"
+		    " '+1415' || lpad(g::text, 7, '0'),"
+		    " (CASE WHEN g % 3 = 0 THEN 'done' WHEN g % 7 = 0 THEN 'failed' ELSE 'pending'"
+		    " END)::contact_state, now() - interval '12 hours' + (g % 1440) * interval '1 "
+		    "minute'"
+		    " FROM generate_series(1, 120000) g"));
 	PQclear(fixture_sql(db, "ANALYZE contacts"));
-	assert_string_equal(value("SELECT count(*) >= 100000 FROM contacts WHERE org_id = 'org_p'"), "t");
-	assert_string_equal(value("SELECT count(DISTINCT campaign_id) FROM contacts WHERE org_id = 'org_p'"), "6");
+	assert_string_equal(value("SELECT count(*) >= 100000 FROM contacts WHERE org_id = 'org_p'"),
+			    "t");
+	assert_string_equal(
+		value("SELECT count(DISTINCT campaign_id) FROM contacts WHERE org_id = 'org_p'"),
+		"6");
 
 	char sql[1024];
 	snprintf(sql, sizeof(sql), "PREPARE next_dialable(text, int) AS %s", SQL_NEXT_DIALABLE);
@@ -165,7 +181,8 @@ static void next_dialable_is_an_index_range_scan(void **state)
 			PGresult *res = fixture_sql(db, explains[q]);
 			char plan[4096] = "";
 			for (int i = 0; i < PQntuples(res); i++) {
-				strncat(plan, PQgetvalue(res, i, 0), sizeof(plan) - strlen(plan) - 2);
+				strncat(plan, PQgetvalue(res, i, 0),
+					sizeof(plan) - strlen(plan) - 2);
 				strcat(plan, "\n");
 			}
 			PQclear(res);

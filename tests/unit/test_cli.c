@@ -116,7 +116,8 @@ static void bad_setting_is_refused_with_its_bound(void **state)
 		}
 	}
 	/* A cross-setting bound: the reconnect cap may not be below the first delay. */
-	char *env[] = { "DISPATCHER_RECONNECT_MIN_MS=3000", "DISPATCHER_RECONNECT_MAX_MS=2000", NULL };
+	char *env[] = { "DISPATCHER_RECONNECT_MIN_MS=3000", "DISPATCHER_RECONNECT_MAX_MS=2000",
+			NULL };
 	run(&r, cfg, env);
 	assert_int_equal(r.code, 2);
 	assert_non_null(strstr(r.err, "DISPATCHER_RECONNECT_MAX_MS"));

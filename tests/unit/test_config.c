@@ -65,8 +65,9 @@ static void defaults_apply(void **state)
 
 static void values_override_defaults(void **state)
 {
-	const char *env[] = { "T_WAIT", "30", "T_ENABLED", "off", "T_LEVEL", "DEBUG",
-			      "T_URL", "postgresql:///x", "T_LISTEN", "", NULL };
+	const char *env[] = { "T_WAIT",	  "30",	   "T_ENABLED", "off",
+			      "T_LEVEL",  "DEBUG", "T_URL",	"postgresql:///x",
+			      "T_LISTEN", "",	   NULL };
 	struct cfg c;
 	char err[200];
 
@@ -86,9 +87,9 @@ static void int_bounds(void **state)
 		const char *v;
 		int ok;
 	} cases[] = {
-		{ "1", 1 },   { "0", 0 },     { "2", 1 },     { "300", 1 }, { "301", 0 },
-		{ "299", 1 }, { "-5", 0 },    { "15s", 0 },   { "", 1 },    { "abc", 0 },
-		{ " 9", 1 },  { "99999999999999999999", 0 },
+		{ "1", 1 },   { "0", 0 },   { "2", 1 },	 { "300", 1 },
+		{ "301", 0 }, { "299", 1 }, { "-5", 0 }, { "15s", 0 },
+		{ "", 1 },    { "abc", 0 }, { " 9", 1 }, { "99999999999999999999", 0 },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
