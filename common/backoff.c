@@ -27,3 +27,20 @@ void backoff_reset(struct backoff *b)
 {
 	b->attempt = 0;
 }
+
+uint64_t backoff_seed(uint64_t now_ns, const void *salt)
+{
+	uint64_t seed = now_ns ^ (uint64_t)(uintptr_t)salt ^ 0x9e3779b97f4a7c15ull;
+	return seed ? seed : 1;
+}
+
+uint32_t backoff_random(uint64_t *state)
+{
+	uint64_t x = *state;
+
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	*state = x;
+	return (uint32_t)(x >> 16);
+}

@@ -22,4 +22,12 @@ uint64_t backoff_next(struct backoff *b, uint32_t rnd);
 /* Clears the attempt count (call on success). */
 void backoff_reset(struct backoff *b);
 
+/* Seeds a jitter source from a clock reading and an address, so that processes and
+ * connections started together do not retry in step. */
+uint64_t backoff_seed(uint64_t now_ns, const void *salt);
+
+/* Returns the next 32-bit draw of the xorshift64 jitter source *state (never 0 once seeded).
+ * For jitter only: not for anything that must be unpredictable. */
+uint32_t backoff_random(uint64_t *state);
+
 #endif

@@ -66,14 +66,6 @@ static void start_connect(struct pg_conn *conn);
 static void poll_cb(uv_poll_t *handle, int status, int events);
 static void pump(struct pg_conn *conn);
 
-static uint32_t next_random(struct pg_conn *conn)
-{
-	conn->rng ^= conn->rng << 13;
-	conn->rng ^= conn->rng >> 7;
-	conn->rng ^= conn->rng << 17;
-	return (uint32_t)(conn->rng >> 16);
-}
-
 static void poll_closed_cb(uv_handle_t *h)
 {
 	free(h->data);
@@ -133,7 +125,7 @@ static void reconnect_cb(uv_timer_t *t)
 
 static void schedule_reconnect(struct pg_conn *conn)
 {
-	uint64_t delay = backoff_next(&conn->backoff, next_random(conn));
+	uint64_t delay = backoff_next(&conn->backoff, backoff_random(&conn->rng));
 
 	if (conn->state == ST_CLOSED)
 		return;
@@ -422,7 +414,7 @@ int pg_conn_new(uv_loop_t *loop, const struct pg_conn_options *opts, struct pg_c
 	conn->opts.conninfo = conn->conninfo;
 	if (!conn->opts.max_queue)
 		conn->opts.max_queue = 10000;
-	conn->rng = uv_hrtime() ^ (uint64_t)(uintptr_t)conn ^ 0x2545f4914f6cdd1dull;
+	conn->rng = backoff_seed(uv_hrtime(), conn);
 	backoff_init(&conn->backoff, opts->reconnect_min_ms, opts->reconnect_max_ms);
 	uv_timer_init(loop, &conn->retry_timer);
 	uv_timer_init(loop, &conn->query_timer);

@@ -53,14 +53,6 @@ struct redis_conn {
 static void start_connect(struct redis_conn *conn);
 static void deadline_cb(uv_timer_t *t);
 
-static uint32_t next_random(struct redis_conn *conn)
-{
-	conn->rng ^= conn->rng << 13;
-	conn->rng ^= conn->rng >> 7;
-	conn->rng ^= conn->rng << 17;
-	return (uint32_t)(conn->rng >> 16);
-}
-
 int redis_url_parse(const char *url, char *host, size_t hostlen, int *port, char *path,
 		    size_t pathlen, char *password, size_t pwlen)
 {
@@ -126,7 +118,7 @@ static void reconnect_cb(uv_timer_t *t)
 
 static void schedule_reconnect(struct redis_conn *conn)
 {
-	uint64_t delay = backoff_next(&conn->backoff, next_random(conn));
+	uint64_t delay = backoff_next(&conn->backoff, backoff_random(&conn->rng));
 
 	conn->state = ST_DOWN;
 	uv_timer_stop(&conn->deadline_timer);
@@ -363,7 +355,7 @@ int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struc
 	conn->opts = *opts;
 	conn->opts.url = conn->url;
 	conn->pending.prev = conn->pending.next = &conn->pending;
-	conn->rng = uv_hrtime() ^ (uint64_t)(uintptr_t)conn ^ 0x9e3779b97f4a7c15ull;
+	conn->rng = backoff_seed(uv_hrtime(), conn);
 	backoff_init(&conn->backoff, opts->reconnect_min_ms, opts->reconnect_max_ms);
 	uv_timer_init(loop, &conn->retry_timer);
 	uv_timer_init(loop, &conn->deadline_timer);

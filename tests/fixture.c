@@ -91,6 +91,23 @@ void fixture_run_until(uv_loop_t *loop, bool (*cond)(void *arg), void *arg, long
 	uv_run(loop, UV_RUN_NOWAIT);
 }
 
+struct count_wait {
+	const int *counter;
+	int target;
+};
+
+static bool count_reached(void *arg)
+{
+	const struct count_wait *w = arg;
+	return *w->counter >= w->target;
+}
+
+void fixture_run_until_count(uv_loop_t *loop, const int *counter, int target, long timeout_ms)
+{
+	struct count_wait w = { counter, target };
+	fixture_run_until(loop, count_reached, &w, timeout_ms);
+}
+
 static void close_walk_cb(uv_handle_t *h, void *arg)
 {
 	(void)arg;

@@ -24,6 +24,9 @@ PGresult *fixture_sql(PGconn *c, const char *sql);
 /* Runs loop until cond(arg) is true; fails the test after timeout_ms. */
 void fixture_run_until(uv_loop_t *loop, bool (*cond)(void *arg), void *arg, long timeout_ms);
 
+/* Runs loop until *counter >= target; fails the test after timeout_ms. */
+void fixture_run_until_count(uv_loop_t *loop, const int *counter, int target, long timeout_ms);
+
 /* Closes every handle left on loop, runs it until they are gone and closes it; fails the test
  * if the loop cannot close (a handle leaked). */
 void fixture_loop_close(uv_loop_t *loop);

@@ -46,17 +46,6 @@ static void result_cb(struct pg_conn *conn, int status, const PGresult *res, voi
 			 PQresultErrorField(res, PG_DIAG_SQLSTATE));
 }
 
-struct wait_calls {
-	struct probe *p;
-	int calls;
-};
-
-static bool calls_reached(void *arg)
-{
-	struct wait_calls *w = arg;
-	return w->p->calls >= w->calls;
-}
-
 static bool is_up(void *arg)
 {
 	return pg_conn_is_up(arg);
@@ -92,11 +81,11 @@ static struct pg_conn *open_conn(uv_loop_t *loop, struct probe *p, uint64_t quer
 static int query(uv_loop_t *loop, struct pg_conn *c, struct probe *p, const char *name,
 		 const char *sql, int n, const char *const *v)
 {
-	struct wait_calls w = { p, p->calls + 1 };
+	int want = p->calls + 1;
 	int rc = name ? pg_conn_exec_prepared(c, name, n, v, result_cb, p)
 		      : pg_conn_exec(c, sql, n, v, result_cb, p);
 	assert_int_equal(rc, 0);
-	fixture_run_until(loop, calls_reached, &w, 60000);
+	fixture_run_until_count(loop, &p->calls, want, 60000);
 	return p->status;
 }
 
@@ -125,8 +114,8 @@ static void statements_and_errors(void **state)
 	int before = p.calls;
 	for (int i = 0; i < 200; i++)
 		assert_int_equal(pg_conn_exec_prepared(c, "add", 2, v, result_cb, &p), 0);
-	struct wait_calls w = { &p, before + 200 };
-	fixture_run_until(&loop, calls_reached, &w, 60000);
+	int want = before + 200;
+	fixture_run_until_count(&loop, &p.calls, want, 60000);
 	assert_int_equal(p.calls, before + 200);
 
 	pg_conn_close(c, NULL, NULL);
@@ -168,8 +157,8 @@ static void server_restart_recovers(void **state)
 	uv_run(&loop, UV_RUN_NOWAIT);
 	assert_int_equal(embedded_pg_stop(&svc), 0);
 	fixture_run_until(&loop, is_down, c, 60000);
-	struct wait_calls w = { &inflight, 2 };
-	fixture_run_until(&loop, calls_reached, &w, 60000);
+	int want = 2;
+	fixture_run_until_count(&loop, &inflight.calls, want, 60000);
 	assert_true(inflight.status == -ENOTCONN); /* the queued one; the first was reset */
 	assert_int_equal(p.downs, 1);
 

@@ -44,17 +44,6 @@ static void reply_cb(struct redis_conn *conn, int status, redisReply *r, void *d
 	snprintf(p->str, sizeof(p->str), "%s", r && r->str ? r->str : "");
 }
 
-struct wait_calls {
-	struct probe *p;
-	int calls;
-};
-
-static bool calls_reached(void *arg)
-{
-	struct wait_calls *w = arg;
-	return w->p->calls >= w->calls;
-}
-
 static bool is_up(void *arg)
 {
 	return redis_conn_is_up(arg);
@@ -85,7 +74,7 @@ static struct redis_conn *open_conn(uv_loop_t *loop, const char *url, struct pro
 
 static int command(uv_loop_t *loop, struct redis_conn *c, struct probe *p, const char *fmt, ...)
 {
-	struct wait_calls w = { p, p->calls + 1 };
+	int want = p->calls + 1;
 	int argc = 0;
 	const char *argv[8];
 	va_list ap;
@@ -95,7 +84,7 @@ static int command(uv_loop_t *loop, struct redis_conn *c, struct probe *p, const
 		argv[argc++] = a;
 	va_end(ap);
 	assert_int_equal(redis_conn_command_argv(c, reply_cb, p, argc, argv, NULL), 0);
-	fixture_run_until(loop, calls_reached, &w, 60000);
+	fixture_run_until_count(loop, &p->calls, want, 60000);
 	return p->status;
 }
 
@@ -144,10 +133,10 @@ static void commands_and_errors(void **state)
 	assert_int_equal(command(&loop, c, &p, "INCRBY", "k", "1", NULL), 0);
 	assert_int_equal(p.type, REDIS_REPLY_ERROR); /* the command's own answer, status 0 */
 
-	struct wait_calls w = { &p, p.calls + 1000 };
+	int want = p.calls + 1000;
 	for (int i = 0; i < 1000; i++)
 		assert_int_equal(redis_conn_command(c, reply_cb, &p, "INCR %s", "n"), 0);
-	fixture_run_until(&loop, calls_reached, &w, 60000);
+	fixture_run_until_count(&loop, &p.calls, want, 60000);
 	assert_int_equal(p.integer, 1000); /* in order, each once */
 
 	redis_conn_close(c, NULL, NULL);
