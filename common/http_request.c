@@ -1,0 +1,529 @@
+/* HTTP server, request side: llhttp callbacks, routing, request accessors, response
+ * serialization. The connection side is in http_server.c. */
+#include "http_server_int.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define NO_VALUE ((size_t)-1)
+
+static struct http_conn *conn_of(llhttp_t *p)
+{
+	return p->data;
+}
+
+/* Stops the parser with an error the connection answers (see conn_parse). */
+static int fail(llhttp_t *p, int status, const char *code, const char *msg)
+{
+	struct http_conn *c = conn_of(p);
+
+	c->failed = true;
+	c->fail_status = status;
+	c->fail_code = code;
+	c->fail_msg = msg;
+	return HPE_USER;
+}
+
+static int nomem(llhttp_t *p)
+{
+	return fail(p, 500, "internal", "The server ran out of memory.");
+}
+
+struct http_request *request_new(struct http_conn *c)
+{
+	struct http_request *req = calloc(1, sizeof(*req));
+
+	if (!req)
+		return NULL;
+	req->conn = c;
+	req->method = "";
+	req->path = "";
+	req->query = "";
+	req->keep_alive = true;
+	return req;
+}
+
+void request_free(struct http_request *req)
+{
+	http_buf_free(&req->arena);
+	http_buf_free(&req->body);
+	http_buf_free(&req->extra);
+	http_buf_free(&req->out);
+	free(req->hdrs);
+	free(req->segbuf);
+	free(req);
+}
+
+/* ---- parser callbacks ---- */
+
+static int on_message_begin(llhttp_t *p)
+{
+	struct http_conn *c = conn_of(p);
+	struct http_request *req;
+
+	if (c->close_after || c->srv->closing || c->closing)
+		return fail(p, 0, NULL, NULL); /* no more requests on this connection */
+	if (!(req = request_new(c)))
+		return nomem(p);
+	conn_enqueue(c, req);
+	c->cur = req;
+	conn_arm(c, c->srv->cfg.header_timeout_ms);
+	return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t n)
+{
+	struct http_request *req = conn_of(p)->cur;
+
+	req->url_len += n;
+	if (req->url_len > conn_of(p)->srv->cfg.max_header_bytes)
+		return fail(p, 414, "uri_too_long",
+			    "The request line is longer than the server accepts.");
+	return http_buf_append(&req->arena, at, n) ? nomem(p) : 0;
+}
+
+static int on_url_complete(llhttp_t *p)
+{
+	return http_buf_append(&conn_of(p)->cur->arena, "", 1) ? nomem(p) : 0;
+}
+
+static int header_bytes(llhttp_t *p, size_t n)
+{
+	struct http_conn *c = conn_of(p);
+
+	c->cur->hdr_bytes += n;
+	if (c->cur->hdr_bytes > c->srv->cfg.max_header_bytes)
+		return fail(p, 431, "headers_too_large",
+			    "The request headers are larger than the server accepts.");
+	return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t n)
+{
+	struct http_conn *c = conn_of(p);
+	struct http_request *req = c->cur;
+
+	if (!req->in_value && (req->nhdrs == 0 || req->hdrs[req->nhdrs - 1].value != NO_VALUE)) {
+		if (req->nhdrs >= c->srv->cfg.max_headers)
+			return fail(p, 431, "headers_too_large",
+				    "The request has too many headers.");
+		if (req->nhdrs == req->hdr_cap) {
+			unsigned cap = req->hdr_cap ? req->hdr_cap * 2 : 16;
+			struct hdr *h = realloc(req->hdrs, cap * sizeof(*h));
+			if (!h)
+				return nomem(p);
+			req->hdrs = h;
+			req->hdr_cap = cap;
+		}
+		req->hdrs[req->nhdrs].name = req->arena.len;
+		req->hdrs[req->nhdrs].value = NO_VALUE;
+		req->nhdrs++;
+	}
+	req->in_value = false;
+	if (header_bytes(p, n))
+		return HPE_USER;
+	return http_buf_append(&req->arena, at, n) ? nomem(p) : 0;
+}
+
+static int on_header_field_complete(llhttp_t *p)
+{
+	return http_buf_append(&conn_of(p)->cur->arena, "", 1) ? nomem(p) : 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t n)
+{
+	struct http_request *req = conn_of(p)->cur;
+
+	if (!req->in_value) {
+		req->hdrs[req->nhdrs - 1].value = req->arena.len;
+		req->in_value = true;
+	}
+	if (header_bytes(p, n))
+		return HPE_USER;
+	return http_buf_append(&req->arena, at, n) ? nomem(p) : 0;
+}
+
+static int on_header_value_complete(llhttp_t *p)
+{
+	struct http_request *req = conn_of(p)->cur;
+
+	if (!req->in_value)
+		req->hdrs[req->nhdrs - 1].value = req->arena.len;
+	req->in_value = false;
+	return http_buf_append(&req->arena, "", 1) ? nomem(p) : 0;
+}
+
+/* ---- routing ---- */
+
+static int split_path(struct http_request *req)
+{
+	char *s;
+
+	if (!(req->segbuf = strdup(req->path)))
+		return -ENOMEM;
+	s = req->segbuf;
+	if (*s != '/')
+		return -EINVAL;
+	s++;
+	req->nseg = 0;
+	while (*s) {
+		char *slash = strchr(s, '/');
+		if (req->nseg == HTTP_MAX_SEGMENTS)
+			return -EINVAL;
+		req->seg[req->nseg++] = s;
+		if (!slash)
+			break;
+		*slash = '\0';
+		s = slash + 1;
+		if (!*s) { /* a trailing slash makes an empty last segment */
+			if (req->nseg == HTTP_MAX_SEGMENTS)
+				return -EINVAL;
+			req->seg[req->nseg++] = s;
+		}
+	}
+	return 0;
+}
+
+static bool path_matches(const struct route *r, const struct http_request *req)
+{
+	if (r->nseg != req->nseg)
+		return false;
+	for (unsigned i = 0; i < r->nseg; i++) {
+		if (r->segs[i][0] == '{') {
+			if (!req->seg[i][0])
+				return false;
+		} else if (strcmp(r->segs[i], req->seg[i]) != 0) {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Finds the route; sets req->err_status to 404/405 when there is none. */
+static int route(struct http_server *s, struct http_request *req)
+{
+	struct http_buf allow = { 0 };
+	int err = split_path(req);
+
+	if (err == -ENOMEM)
+		return err;
+	for (size_t i = 0; !err && i < s->nroutes; i++) {
+		if (!path_matches(&s->routes[i], req))
+			continue;
+		if (strcmp(s->routes[i].r.method, req->method) == 0) {
+			req->route = &s->routes[i];
+			http_buf_free(&allow);
+			return 0;
+		}
+		if ((allow.len && http_buf_puts(&allow, ", ")) ||
+		    http_buf_puts(&allow, s->routes[i].r.method))
+			err = -ENOMEM;
+	}
+	if (allow.len) {
+		req->err_status = 405;
+		req->err_code = "method_not_allowed";
+		req->err_msg = "This path does not accept that method.";
+		if (http_response_header(req, "Allow", allow.data))
+			err = -ENOMEM;
+	} else {
+		req->err_status = 404;
+		req->err_code = "not_found";
+		req->err_msg = "No route matches this path.";
+	}
+	http_buf_free(&allow);
+	return err == -ENOMEM ? err : 0;
+}
+
+static void finish_headers(struct http_request *req)
+{
+	for (unsigned i = 0; i < req->nhdrs; i++)
+		if (req->hdrs[i].value == NO_VALUE)
+			req->hdrs[i].value = req->hdrs[i].name; /* cannot happen with llhttp */
+	req->path = req->arena.data ? req->arena.data : "";
+	char *q = strchr(req->path, '?');
+	if (q) {
+		*q = '\0';
+		req->query = q + 1;
+	}
+	req->headers_done = true;
+}
+
+/* Sends "100 Continue" when the client waits for it and nothing is queued before. */
+static void maybe_continue(struct http_conn *c, struct http_request *req)
+{
+	const char *e = http_request_header(req, "Expect");
+
+	if (e && strcasecmp(e, "100-continue") == 0 && c->head == req)
+		conn_continue(c);
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+	struct http_conn *c = conn_of(p);
+	struct http_request *req = c->cur;
+	bool has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
+
+	finish_headers(req);
+	req->method = llhttp_method_name((llhttp_method_t)p->method);
+	req->keep_alive = llhttp_should_keep_alive(p);
+	if (route(c->srv, req))
+		return nomem(p);
+	if (req->err_status && has_body)
+		return fail(p, req->err_status, req->err_code, req->err_msg);
+	if (req->route && p->content_length > req->route->r.max_body && !(p->flags & F_CHUNKED))
+		return fail(p, 413, "body_too_large",
+			    "The request body is larger than this route accepts.");
+	if (req->route && has_body)
+		maybe_continue(c, req);
+	conn_arm(c, c->srv->cfg.body_timeout_ms);
+	return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+	struct http_request *req = conn_of(p)->cur;
+
+	if (!req->route || req->body.len + n > req->route->r.max_body)
+		return fail(p, 413, "body_too_large",
+			    "The request body is larger than this route accepts.");
+	return http_buf_append(&req->body, at, n) ? nomem(p) : 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+	struct http_conn *c = conn_of(p);
+	struct http_request *req = c->cur;
+
+	req->complete = true;
+	c->cur = NULL;
+	conn_arm(c, 0);
+	if (!req->keep_alive) {
+		req->close_after = true;
+		c->close_after = true;
+	}
+	if (req->err_status) {
+		request_error(req, req->err_status, req->err_code, req->err_msg);
+	} else {
+		req->handed = true;
+		c->srv->stats.requests++;
+		req->route->r.handler(req, req->route->r.data);
+	}
+	/* req may be gone now. Read ahead no further than max_pipelined. */
+	if (c->queued >= c->srv->cfg.max_pipelined && !c->close_after)
+		return HPE_PAUSED;
+	return 0;
+}
+
+void http_parser_settings(llhttp_settings_t *s)
+{
+	llhttp_settings_init(s);
+	s->on_message_begin = on_message_begin;
+	s->on_url = on_url;
+	s->on_url_complete = on_url_complete;
+	s->on_header_field = on_header_field;
+	s->on_header_field_complete = on_header_field_complete;
+	s->on_header_value = on_header_value;
+	s->on_header_value_complete = on_header_value_complete;
+	s->on_headers_complete = on_headers_complete;
+	s->on_body = on_body;
+	s->on_message_complete = on_message_complete;
+}
+
+/* ---- routes ---- */
+
+int routes_compile(struct http_server *s, const struct http_route *routes, size_t n)
+{
+	if (!(s->routes = calloc(n ? n : 1, sizeof(*s->routes))))
+		return -ENOMEM;
+	s->nroutes = n;
+	for (size_t i = 0; i < n; i++) {
+		struct route *r = &s->routes[i];
+		const char *p = routes[i].pattern;
+		r->r = routes[i];
+		if (!p || p[0] != '/' || !routes[i].handler || !routes[i].method)
+			return -EINVAL;
+		for (p++; *p;) {
+			size_t len = strcspn(p, "/");
+			if (r->nseg == HTTP_MAX_SEGMENTS || !(r->segs[r->nseg] = strndup(p, len)))
+				return r->nseg == HTTP_MAX_SEGMENTS ? -EINVAL : -ENOMEM;
+			r->nseg++;
+			p += len;
+			if (*p == '/')
+				p++;
+		}
+	}
+	return 0;
+}
+
+void routes_free(struct http_server *s)
+{
+	for (size_t i = 0; s->routes && i < s->nroutes; i++)
+		for (unsigned j = 0; j < s->routes[i].nseg; j++)
+			free(s->routes[i].segs[j]);
+	free(s->routes);
+	s->routes = NULL;
+}
+
+/* ---- accessors ---- */
+
+const char *http_request_method(const struct http_request *req)
+{
+	return req->method;
+}
+
+const char *http_request_path(const struct http_request *req)
+{
+	return req->path;
+}
+
+const char *http_request_query(const struct http_request *req)
+{
+	return req->query;
+}
+
+const char *http_request_header(const struct http_request *req, const char *name)
+{
+	if (!req->headers_done)
+		return NULL;
+	for (unsigned i = 0; i < req->nhdrs; i++)
+		if (strcasecmp(req->arena.data + req->hdrs[i].name, name) == 0)
+			return req->arena.data + req->hdrs[i].value;
+	return NULL;
+}
+
+unsigned http_request_header_count(const struct http_request *req)
+{
+	return req->headers_done ? req->nhdrs : 0;
+}
+
+void http_request_header_at(const struct http_request *req, unsigned i, const char **name,
+			    const char **value)
+{
+	*name = req->arena.data + req->hdrs[i].name;
+	*value = req->arena.data + req->hdrs[i].value;
+}
+
+const char *http_request_param(const struct http_request *req, const char *name)
+{
+	size_t n = strlen(name);
+
+	if (!req->route)
+		return NULL;
+	for (unsigned i = 0; i < req->route->nseg; i++) {
+		const char *s = req->route->segs[i];
+		if (s[0] == '{' && strncmp(s + 1, name, n) == 0 && s[n + 1] == '}' && !s[n + 2])
+			return req->seg[i];
+	}
+	return NULL;
+}
+
+const char *http_request_body(const struct http_request *req, size_t *len)
+{
+	*len = req->body.len;
+	return req->body.data ? req->body.data : "";
+}
+
+bool http_request_aborted(const struct http_request *req)
+{
+	return req->conn->closing;
+}
+
+const char *http_request_peer(const struct http_request *req)
+{
+	return req->conn->peer;
+}
+
+/* ---- responses ---- */
+
+int http_response_header(struct http_request *req, const char *name, const char *value)
+{
+	if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
+		return -EINVAL;
+	return http_buf_printf(&req->extra, "%s: %s\r\n", name, value);
+}
+
+static int serialize(struct http_request *req, int status, const char *ctype, const void *body,
+		     size_t len)
+{
+	struct http_buf *o = &req->out;
+	int err = http_buf_printf(o, "HTTP/1.1 %d %s\r\n", status, http_reason(status));
+
+	if (!err && ctype)
+		err = http_buf_printf(o, "Content-Type: %s\r\n", ctype);
+	if (!err)
+		err = http_buf_printf(o, "Content-Length: %zu\r\n", len);
+	if (!err && req->close_after)
+		err = http_buf_puts(o, "Connection: close\r\n");
+	if (!err && req->extra.len)
+		err = http_buf_append(o, req->extra.data, req->extra.len);
+	if (!err)
+		err = http_buf_append(o, "\r\n", 2);
+	if (!err && len)
+		err = http_buf_append(o, body, len);
+	return err;
+}
+
+int http_respond(struct http_request *req, int status, const char *content_type, const void *body,
+		 size_t len)
+{
+	struct http_conn *c = req->conn;
+	int err = 0;
+
+	if (req->done)
+		return -EINVAL;
+	if (status < 200 || status > 599) {
+		err = -EINVAL;
+		status = 500;
+		content_type = NULL;
+		len = 0;
+	}
+	/* A closing server ends the connection after its last request. */
+	if (c->srv->closing && req == c->tail && !c->cur)
+		req->close_after = true;
+	if (req->close_after)
+		c->close_after = true;
+	if (c->srv->cfg.decorate && !c->closing)
+		c->srv->cfg.decorate(req, status, c->srv->cfg.decorate_data);
+	if (serialize(req, status, content_type, body, len)) {
+		http_buf_free(&req->out);
+		err = -ENOMEM;
+		req->close_after = true;
+		c->close_after = true;
+	}
+	req->done = true;
+	conn_flush(c);
+	return err;
+}
+
+int http_respond_error(struct http_request *req, int status, const char *code, const char *message)
+{
+	struct http_buf b = { 0 };
+	int err = http_buf_puts(&b, "{\"error\":\"");
+
+	if (!err)
+		err = http_buf_json_escape(&b, code);
+	if (!err)
+		err = http_buf_puts(&b, "\",\"message\":\"");
+	if (!err)
+		err = http_buf_json_escape(&b, message);
+	if (!err)
+		err = http_buf_puts(&b, "\"}");
+	if (err) {
+		http_buf_free(&b);
+		return http_respond(req, status, NULL, NULL, 0);
+	}
+	err = http_respond(req, status, "application/json", b.data, b.len);
+	http_buf_free(&b);
+	return err;
+}
+
+int request_error(struct http_request *req, int status, const char *code, const char *msg)
+{
+	req->conn->srv->stats.errors++;
+	if (status == 408)
+		req->conn->srv->stats.timeouts++;
+	return http_respond_error(req, status, code, msg);
+}

@@ -1,0 +1,588 @@
+/* HTTP server, connection side: listener, accept, reads, the parse loop with pipelining
+ * back-pressure, the in-order response queue, writes, timers, linger and close. The request
+ * side (parser callbacks, routing, responses) is in http_request.c. */
+#include "http_server_int.h"
+
+#include "log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct wreq {
+	uv_write_t w;
+	struct http_conn *conn;
+	char *data; /* owned, or NULL for a static buffer */
+};
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void conn_close(struct http_conn *c);
+
+void http_server_config_defaults(struct http_server_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	c->host = "127.0.0.1";
+	c->backlog = 511;
+	c->max_header_bytes = 8192;
+	c->max_headers = 100;
+	c->max_connections = 1024;
+	c->max_pipelined = 16;
+	c->header_timeout_ms = 10000;
+	c->body_timeout_ms = 30000;
+	c->idle_timeout_ms = 60000;
+	c->linger_ms = 2000;
+}
+
+/* ---- lifetime ---- */
+
+static void server_maybe_done(struct http_server *s)
+{
+	if (!s->closing || !s->listening_closed || s->conns)
+		return;
+	if (s->close_cb)
+		s->close_cb(s, s->close_data);
+	routes_free(s);
+	free(s);
+}
+
+/* Frees every request that no handler still holds; returns true when none is left. */
+static bool purge_requests(struct http_conn *c)
+{
+	struct http_request **pp = &c->head, *req;
+
+	c->cur = NULL;
+	c->tail = NULL;
+	while ((req = *pp)) {
+		if (req->handed && !req->done) {
+			c->tail = req;
+			pp = &req->next;
+			continue;
+		}
+		*pp = req->next;
+		c->queued--;
+		request_free(req);
+	}
+	return c->head == NULL;
+}
+
+static void conn_release(struct http_conn *c)
+{
+	struct http_server *s = c->srv;
+
+	if (c->handles > 0 || !purge_requests(c))
+		return;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		s->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	s->stats.open--;
+	free(c->pending);
+	free(c);
+	server_maybe_done(s);
+}
+
+static void on_handle_closed(uv_handle_t *h)
+{
+	struct http_conn *c = h->data;
+
+	c->handles--;
+	conn_release(c);
+}
+
+static void conn_close(struct http_conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	uv_timer_stop(&c->timer);
+	uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
+	uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
+/* ---- timers ---- */
+
+static void on_timer(uv_timer_t *t)
+{
+	struct http_conn *c = t->data;
+
+	if (c->lingering || c->shutting) {
+		conn_close(c);
+	} else if (c->cur) {
+		conn_fail(c, 408, "request_timeout", "The request was not received in time.");
+	} else if (!c->head) {
+		conn_close(c); /* idle keep-alive connection */
+	}
+}
+
+void conn_arm(struct http_conn *c, uint64_t ms)
+{
+	if (c->closing)
+		return;
+	if (ms == 0)
+		uv_timer_stop(&c->timer);
+	else
+		uv_timer_start(&c->timer, on_timer, ms, 0);
+}
+
+/* ---- writes ---- */
+
+static void on_shutdown(uv_shutdown_t *r, int status)
+{
+	struct http_conn *c = r->data;
+
+	if (c->closing)
+		return;
+	if (status < 0) {
+		conn_close(c);
+		return;
+	}
+	/* Drop what the client still sends for a moment, so our answer is not lost to a reset. */
+	c->lingering = true;
+	if (uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0)
+		conn_arm(c, c->srv->cfg.linger_ms);
+	else
+		conn_close(c);
+}
+
+static void conn_shutdown(struct http_conn *c)
+{
+	if (c->shutting || c->closing)
+		return;
+	c->shutting = true;
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	c->shutdown.data = c;
+	if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown))
+		conn_close(c);
+}
+
+static void on_write(uv_write_t *w, int status)
+{
+	struct wreq *wr = w->data;
+	struct http_conn *c = wr->conn;
+
+	free(wr->data);
+	free(wr);
+	c->writes--;
+	if (status < 0)
+		conn_close(c);
+	else if (c->close_after && !c->head && !c->cur && !c->writes)
+		conn_shutdown(c);
+}
+
+/* Writes len bytes of data; takes data (freed after the write) unless owned is false. */
+static void conn_write(struct http_conn *c, char *data, size_t len, bool owned)
+{
+	struct wreq *wr = malloc(sizeof(*wr));
+	uv_buf_t b = uv_buf_init(data, (unsigned)len);
+
+	if (!wr) {
+		if (owned)
+			free(data);
+		conn_close(c);
+		return;
+	}
+	wr->conn = c;
+	wr->data = owned ? data : NULL;
+	wr->w.data = wr;
+	c->writes++;
+	if (uv_write(&wr->w, (uv_stream_t *)&c->tcp, &b, 1, on_write)) {
+		c->writes--;
+		free(wr->data);
+		free(wr);
+		conn_close(c);
+	}
+}
+
+void conn_continue(struct http_conn *c)
+{
+	static char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+	conn_write(c, cont, sizeof(cont) - 1, false);
+}
+
+void conn_enqueue(struct http_conn *c, struct http_request *req)
+{
+	if (c->tail)
+		c->tail->next = req;
+	else
+		c->head = req;
+	c->tail = req;
+	c->queued++;
+}
+
+/* ---- parsing ---- */
+
+static void conn_stop_reading(struct http_conn *c)
+{
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	free(c->pending);
+	c->pending = NULL;
+	c->pending_len = 0;
+	c->paused = false;
+}
+
+static void conn_pause(struct http_conn *c, const char *data, size_t len)
+{
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	c->paused = true;
+	if (!(c->pending = malloc(len ? len : 1))) {
+		conn_close(c);
+		return;
+	}
+	memcpy(c->pending, data, len);
+	c->pending_len = len;
+}
+
+/* Feeds input to llhttp. Requests are handed to their handlers from the callbacks. */
+static void conn_parse(struct http_conn *c, const char *data, size_t len)
+{
+	c->in_parse = true;
+	while (len > 0 && !c->closing && !c->close_after) {
+		llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
+		if (e == HPE_OK)
+			break;
+		if (e == HPE_PAUSED) {
+			const char *pos = llhttp_get_error_pos(&c->parser);
+			len -= (size_t)(pos - data);
+			data = pos;
+			llhttp_resume(&c->parser);
+			if (c->queued >= c->srv->cfg.max_pipelined) {
+				conn_pause(c, data, len);
+				break;
+			}
+			continue;
+		}
+		if (c->failed && c->fail_status == 0) {
+			c->close_after = true; /* no more requests: draining or Connection: close */
+			conn_stop_reading(c);
+		} else if (c->failed) {
+			conn_fail(c, c->fail_status, c->fail_code, c->fail_msg);
+		} else if (e == HPE_PAUSED_UPGRADE) {
+			c->close_after = true; /* protocol upgrades are not supported: stop here */
+			conn_stop_reading(c);
+		} else {
+			log_debug(LOG_HTTP, "bad request from %s: %s", c->peer,
+				  llhttp_errno_name(e));
+			conn_fail(c, 400, "bad_request", "The request is not valid HTTP/1.1.");
+		}
+		break;
+	}
+	c->in_parse = false;
+	if (c->close_after && !c->head && !c->cur && !c->writes)
+		conn_shutdown(c);
+}
+
+/* Parses input kept while paused, then reads again. */
+static void conn_resume(struct http_conn *c)
+{
+	char *p = c->pending;
+	size_t n = c->pending_len;
+
+	c->pending = NULL;
+	c->pending_len = 0;
+	c->paused = false;
+	conn_parse(c, p, n);
+	free(p);
+	if (!c->paused && !c->close_after && !c->closing && !c->shutting)
+		uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+void conn_fail(struct http_conn *c, int status, const char *code, const char *msg)
+{
+	struct http_request *req = c->cur;
+
+	if (c->closing)
+		return;
+	if (!req) {
+		if (!(req = request_new(c))) {
+			conn_close(c);
+			return;
+		}
+		conn_enqueue(c, req);
+	}
+	c->cur = NULL;
+	req->complete = true;
+	req->close_after = true;
+	c->close_after = true;
+	conn_stop_reading(c);
+	conn_arm(c, 0);
+	request_error(req, status, code, msg);
+}
+
+/* ---- the response queue ---- */
+
+void conn_flush(struct http_conn *c)
+{
+	struct http_request *req;
+
+	if (c->closing) {
+		conn_release(c);
+		return;
+	}
+	while ((req = c->head) && req->done) {
+		bool last = req->close_after || !req->out.len;
+		size_t len = req->out.len;
+		c->head = req->next;
+		if (!c->head)
+			c->tail = NULL;
+		c->queued--;
+		c->srv->stats.responses++;
+		if (len)
+			conn_write(c, http_buf_take(&req->out), len, true);
+		request_free(req);
+		if (last || c->closing) {
+			c->close_after = true;
+			break;
+		}
+	}
+	if (c->paused && !c->in_parse && !c->closing && c->queued < c->srv->cfg.max_pipelined)
+		conn_resume(c);
+	if (c->closing || c->head || c->cur)
+		return;
+	if (c->close_after || c->srv->closing) {
+		c->close_after = true;
+		if (!c->writes)
+			conn_shutdown(c);
+		return;
+	}
+	if (!c->shutting)
+		conn_arm(c, c->srv->cfg.idle_timeout_ms);
+}
+
+/* ---- reading ---- */
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+	struct http_conn *c = h->data;
+
+	(void)suggested;
+	*buf = uv_buf_init(c->srv->readbuf, sizeof(c->srv->readbuf));
+}
+
+/* The client closed its side: answer what was complete, drop a partial request. */
+static void conn_eof(struct http_conn *c)
+{
+	struct http_request **pp = &c->head;
+
+	conn_stop_reading(c);
+	c->close_after = true;
+	if (c->cur) {
+		while (*pp != c->cur)
+			pp = &(*pp)->next;
+		*pp = NULL;
+		c->tail = NULL;
+		for (struct http_request *r = c->head; r; r = r->next)
+			c->tail = r;
+		c->queued--;
+		request_free(c->cur);
+		c->cur = NULL;
+	}
+	conn_arm(c, 0);
+	conn_flush(c);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+	struct http_conn *c = s->data;
+
+	if (nread == 0 || c->closing)
+		return;
+	if (nread < 0) {
+		if (c->lingering || nread != UV_EOF)
+			conn_close(c);
+		else
+			conn_eof(c);
+		return;
+	}
+	if (c->lingering)
+		return;
+	conn_parse(c, buf->base, (size_t)nread);
+}
+
+static void start_reading(uv_stream_t *s)
+{
+	struct http_conn *c = s->data;
+
+	if (uv_read_start(s, on_alloc, on_read))
+		conn_close(c);
+}
+
+/* ---- the listener ---- */
+
+static void peer_name(struct http_conn *c)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+	char ip[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+
+	if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&ss, &len) == 0) {
+		if (ss.ss_family == AF_INET6) {
+			uv_ip6_name((struct sockaddr_in6 *)&ss, ip, sizeof(ip));
+			port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+		} else {
+			uv_ip4_name((struct sockaddr_in *)&ss, ip, sizeof(ip));
+			port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+		}
+	}
+	snprintf(c->peer, sizeof(c->peer), "%s:%d", ip, port);
+}
+
+static struct http_conn *conn_new(struct http_server *s)
+{
+	struct http_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->srv = s;
+	uv_tcp_init(s->loop, &c->tcp);
+	uv_timer_init(s->loop, &c->timer);
+	c->tcp.data = c;
+	c->timer.data = c;
+	c->handles = 2;
+	c->next = s->conns;
+	if (s->conns)
+		s->conns->prev = c;
+	s->conns = c;
+	s->stats.open++;
+	llhttp_init(&c->parser, HTTP_REQUEST, &s->settings);
+	c->parser.data = c;
+	return c;
+}
+
+static void on_connection(uv_stream_t *l, int status)
+{
+	struct http_server *s = l->data;
+	struct http_conn *c;
+
+	if (status < 0 || s->closing || !(c = conn_new(s)))
+		return;
+	if (uv_accept(l, (uv_stream_t *)&c->tcp)) {
+		conn_close(c);
+		return;
+	}
+	s->stats.accepted++;
+	uv_tcp_nodelay(&c->tcp, 1);
+	peer_name(c);
+	if (s->stats.open > s->cfg.max_connections) {
+		s->stats.refused++;
+		conn_fail(c, 503, "too_many_connections",
+			  "The server has as many connections open as it accepts.");
+		return;
+	}
+	start_reading((uv_stream_t *)&c->tcp);
+	uint64_t first = s->cfg.header_timeout_ms < s->cfg.idle_timeout_ms
+				 ? s->cfg.header_timeout_ms
+				 : s->cfg.idle_timeout_ms;
+	conn_arm(c, first);
+}
+
+static void on_listener_closed(uv_handle_t *h)
+{
+	struct http_server *s = h->data;
+
+	s->listening_closed = true;
+	server_maybe_done(s);
+}
+
+static void on_listener_failed(uv_handle_t *h)
+{
+	struct http_server *s = h->data;
+
+	routes_free(s);
+	free(s);
+}
+
+static int bind_listen(struct http_server *s)
+{
+	struct sockaddr_storage addr;
+	int err;
+
+	if (uv_ip4_addr(s->cfg.host, s->cfg.port, (struct sockaddr_in *)&addr) &&
+	    uv_ip6_addr(s->cfg.host, s->cfg.port, (struct sockaddr_in6 *)&addr))
+		return -EINVAL;
+	if ((err = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0)))
+		return err;
+	return uv_listen((uv_stream_t *)&s->listener, s->cfg.backlog, on_connection);
+}
+
+int http_server_new(uv_loop_t *loop, const struct http_server_config *cfg,
+		    const struct http_route *routes, size_t nroutes, struct http_server **out)
+{
+	struct http_server *s;
+	int err;
+
+	if (!loop || !out || (nroutes && !routes))
+		return -EINVAL;
+	if (!(s = calloc(1, sizeof(*s))))
+		return -ENOMEM;
+	s->loop = loop;
+	if (cfg)
+		s->cfg = *cfg;
+	else
+		http_server_config_defaults(&s->cfg);
+	if (!s->cfg.host || !s->cfg.max_pipelined || !s->cfg.max_header_bytes) {
+		free(s);
+		return -EINVAL;
+	}
+	if ((err = routes_compile(s, routes, nroutes))) {
+		routes_free(s);
+		free(s);
+		return err;
+	}
+	http_parser_settings(&s->settings);
+	uv_tcp_init(loop, &s->listener);
+	s->listener.data = s;
+	if ((err = bind_listen(s))) {
+		log_warn(LOG_HTTP, "cannot listen on %s:%d: %s", s->cfg.host, s->cfg.port,
+			 uv_strerror(err));
+		uv_close((uv_handle_t *)&s->listener, on_listener_failed);
+		return err;
+	}
+	*out = s;
+	return 0;
+}
+
+int http_server_port(const struct http_server *s)
+{
+	struct sockaddr_storage ss;
+	int len = sizeof(ss);
+
+	if (uv_tcp_getsockname(&s->listener, (struct sockaddr *)&ss, &len))
+		return -1;
+	if (ss.ss_family == AF_INET6)
+		return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+	return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+void http_server_stats(const struct http_server *s, struct http_server_stats *out)
+{
+	*out = s->stats;
+}
+
+void http_server_close(struct http_server *s, http_server_close_cb cb, void *data)
+{
+	struct http_conn *c, *next;
+
+	if (s->closing)
+		return;
+	s->closing = true;
+	s->close_cb = cb;
+	s->close_data = data;
+	uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+	for (c = s->conns; c; c = next) {
+		next = c->next;
+		if (c->head || c->cur)
+			continue; /* answered first; the last answer closes it */
+		c->close_after = true;
+		if (c->writes)
+			continue; /* on_write shuts it down */
+		conn_close(c);
+	}
+}

@@ -1,0 +1,167 @@
+/* HTTP/1.1 server on libuv + llhttp.
+ *
+ * One server listens on one address of a uv_loop_t and dispatches requests through a route
+ * table. Connections are kept alive; pipelined requests are parsed ahead (up to max_pipelined
+ * per connection, then reading pauses) and answered strictly in request order, even when their
+ * handlers answer out of order.
+ *
+ * Routing: a route is (method, pattern, max_body, handler). A pattern is a path of literal
+ * segments and `{name}` segments that match one non-empty segment ("/v2/batches/{id}/stop").
+ * Paths are matched as sent, without percent-decoding; the query string is split off and
+ * available as is. No route for the path: 404; the path matches but not the method: 405 with
+ * an Allow header.
+ *
+ * Limits, and the answer when one is crossed (the connection is closed after the answer
+ * whenever the rest of the stream can no longer be trusted):
+ *   request line longer than max_header_bytes        414 uri_too_long            (closes)
+ *   headers (names + values) over max_header_bytes,
+ *   or more than max_headers of them                 431 headers_too_large       (closes)
+ *   body larger than the route's max_body            413 body_too_large          (closes)
+ *   headers not complete header_timeout_ms after
+ *   the request's first byte, or the body not
+ *   complete body_timeout_ms after the headers       408 request_timeout         (closes)
+ *   malformed request                                400 bad_request             (closes)
+ *   max_connections connections already open         503 too_many_connections    (closes)
+ *   no request for idle_timeout_ms on a kept-alive connection: closed silently.
+ * Timers are per connection; a slow client holds nothing but its own connection.
+ *
+ * Every error the server produces has a JSON body {"error":"<code>","message":"<sentence>"};
+ * handlers should use http_respond_error() for theirs. The decorate hook sees every response
+ * (the handlers' and the server's own) just before it is written and may add headers, which is
+ * where an API layer puts request ids or rate-limit headers.
+ *
+ * Threading: everything runs on the loop's thread.
+ *
+ * Graceful close: http_server_close() stops accepting, closes idle connections, lets requests
+ * already received finish (their responses are written, the last one with Connection: close),
+ * refuses new requests on open connections, then calls the close callback once every
+ * connection is closed and every handler has answered.
+ */
+#ifndef DSP_HTTP_SERVER_H
+#define DSP_HTTP_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <uv.h>
+
+struct http_server;
+struct http_request;
+
+/* Called once per request, on the loop thread, when the request (headers and body) is complete.
+ * The handler must call http_respond() (or http_respond_error()) exactly once, now or later
+ * from any callback on the same loop; until then the request and everything read from it stay
+ * valid, even if the client goes away (the response is then discarded). */
+typedef void (*http_handler_cb)(struct http_request *req, void *data);
+
+/* Called for every response just before it is serialized. It may call http_response_header()
+ * on req. status is the response's status. The request may be partial (a server error found
+ * while parsing): its method and path are then "" . */
+typedef void (*http_decorate_cb)(struct http_request *req, int status, void *data);
+
+/* Called once when a closing server has finished; the server is freed right after it returns. */
+typedef void (*http_server_close_cb)(struct http_server *s, void *data);
+
+struct http_route {
+	const char *method;	 /* "GET", "POST", ...; borrowed for the server's life */
+	const char *pattern;	 /* "/calls/{id}"; borrowed for the server's life */
+	size_t max_body;	 /* largest accepted body in bytes (0: no body allowed) */
+	http_handler_cb handler; /* never NULL */
+	void *data;		 /* passed to handler; borrowed */
+};
+
+struct http_server_config {
+	const char *host;	    /* address to bind ["127.0.0.1"]; borrowed for the call */
+	int port;		    /* 0 = a free port, see http_server_port() [0] */
+	int backlog;		    /* listen backlog [511] */
+	size_t max_header_bytes;    /* request line, and separately all headers [8192] */
+	unsigned max_headers;	    /* [100] */
+	unsigned max_connections;   /* [1024] */
+	unsigned max_pipelined;	    /* requests read ahead of their answers, per connection [16] */
+	uint64_t header_timeout_ms; /* first byte of a request to the end of its headers [10000] */
+	uint64_t body_timeout_ms;   /* end of headers to the end of the body [30000] */
+	uint64_t idle_timeout_ms;   /* a kept-alive connection with nothing to do [60000] */
+	uint64_t linger_ms;	    /* reading (and dropping) input after a closing answer [2000] */
+	http_decorate_cb decorate;  /* optional */
+	void *decorate_data;	    /* borrowed */
+};
+
+/* Counters, for tests and metrics. */
+struct http_server_stats {
+	uint64_t accepted;  /* connections accepted */
+	uint64_t refused;   /* connections answered 503 because max_connections were open */
+	uint64_t requests;  /* requests handed to handlers */
+	uint64_t responses; /* responses written (handlers' and the server's) */
+	uint64_t errors;    /* responses the server produced itself (4xx/5xx) */
+	uint64_t timeouts;  /* 408s */
+	unsigned open;	    /* connections open now */
+};
+
+/* Fills *c with the defaults in brackets above. */
+void http_server_config_defaults(struct http_server_config *c);
+
+/* Creates a server on loop, binds and listens. routes (nroutes entries) is copied; the strings
+ * and data it points to are borrowed for the server's life. On success *out owns the server
+ * until http_server_close(). Returns 0, -EINVAL (bad config or route), -ENOMEM, or the negative
+ * libuv error of bind/listen (-EADDRINUSE, ...). On failure nothing is left to close, but the
+ * loop must run once more to release a listener that was already initialised. */
+int http_server_new(uv_loop_t *loop, const struct http_server_config *cfg,
+		    const struct http_route *routes, size_t nroutes, struct http_server **out);
+
+/* Returns the bound port (useful with port 0). */
+int http_server_port(const struct http_server *s);
+
+/* Copies the counters into *out. */
+void http_server_stats(const struct http_server *s, struct http_server_stats *out);
+
+/* Starts a graceful close (see above). cb (optional) is called exactly once, from the loop,
+ * when done; the server is then freed. Calling it twice is a no-op. */
+void http_server_close(struct http_server *s, http_server_close_cb cb, void *data);
+
+/* ---- the request (borrowed by the handler until it responds) ---- */
+
+/* Returns the method ("GET"), the path without the query ("/calls/c1"), and the query without
+ * the '?' ("" when none). Never NULL. */
+const char *http_request_method(const struct http_request *req);
+const char *http_request_path(const struct http_request *req);
+const char *http_request_query(const struct http_request *req);
+
+/* Returns the value of the first header named name (case-insensitive), or NULL. */
+const char *http_request_header(const struct http_request *req, const char *name);
+
+/* Returns the number of headers and the i-th one (name and value). */
+unsigned http_request_header_count(const struct http_request *req);
+void http_request_header_at(const struct http_request *req, unsigned i, const char **name,
+			    const char **value);
+
+/* Returns the value of path parameter name ("{id}" in the pattern), or NULL. */
+const char *http_request_param(const struct http_request *req, const char *name);
+
+/* Returns the body (NUL-terminated for convenience; may contain NULs) and sets *len. An empty
+ * body is "" with *len 0. */
+const char *http_request_body(const struct http_request *req, size_t *len);
+
+/* Returns true once the client has gone: the response will be discarded. */
+bool http_request_aborted(const struct http_request *req);
+
+/* Returns the peer address as "ip:port" (a static-sized string owned by the request). */
+const char *http_request_peer(const struct http_request *req);
+
+/* ---- the response ---- */
+
+/* Adds a response header (copied). Call before http_respond(), or from the decorate hook.
+ * name and value must not contain CR or LF. Returns 0, -EINVAL or -ENOMEM. */
+int http_response_header(struct http_request *req, const char *name, const char *value);
+
+/* Completes the request: status, Content-Type (NULL for none) and body (copied; may be NULL
+ * with len 0). Content-Length and Connection are added by the server. The request is invalid
+ * after this call. Returns 0; -EINVAL for a status outside 200..599 (the request is then
+ * answered 500); -ENOMEM (the connection is closed). Either way the request is finished. */
+int http_respond(struct http_request *req, int status, const char *content_type, const void *body,
+		 size_t len);
+
+/* http_respond() with a JSON body {"error":code,"message":message} (both escaped). */
+int http_respond_error(struct http_request *req, int status, const char *code, const char *message);
+
+#endif

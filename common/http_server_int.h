@@ -1,0 +1,104 @@
+/* Internals shared by http_server.c (listener, connections, I/O, timers) and http_request.c
+ * (parsing, routing, requests and responses). Not for use outside those two files. */
+#ifndef DSP_HTTP_SERVER_INT_H
+#define DSP_HTTP_SERVER_INT_H
+
+#include "http_buf.h"
+#include "http_server.h"
+
+#include <llhttp.h>
+
+#define HTTP_MAX_SEGMENTS 16
+#define HTTP_READ_BUF	  65536
+
+struct route {
+	struct http_route r;
+	unsigned nseg;
+	char *segs[HTTP_MAX_SEGMENTS]; /* owned copies; "{name}" kept with its braces */
+};
+
+struct hdr {
+	size_t name, value; /* offsets into req->arena */
+};
+
+struct http_request {
+	struct http_conn *conn;	   /* owning connection (freed after its last request) */
+	struct http_request *next; /* response queue order */
+	struct http_buf arena;	   /* url NUL, then name NUL value NUL ... */
+	struct hdr *hdrs;	   /* owned, nhdrs entries */
+	unsigned nhdrs, hdr_cap;
+	bool in_value; /* the parser's last header callback was a value */
+	size_t url_len, hdr_bytes;
+	const char *method; /* static (llhttp) or "" */
+	char *path;	    /* into arena; "" until the headers are parsed */
+	const char *query;
+	char *segbuf; /* owned copy of path split at '/' */
+	const char *seg[HTTP_MAX_SEGMENTS];
+	unsigned nseg;
+	const struct route *route;
+	struct http_buf body;
+	bool headers_done, complete, handed; /* parsed headers, whole message, given to handler */
+	bool keep_alive;
+	bool done;	  /* response serialized into out */
+	bool close_after; /* close the connection after this response */
+	int err_status;	  /* a server error to answer at message end (404/405) */
+	const char *err_code, *err_msg;
+	struct http_buf extra; /* response headers added by the handler / decorate */
+	struct http_buf out;   /* the serialized response */
+};
+
+struct http_conn {
+	uv_tcp_t tcp;
+	uv_timer_t timer;
+	uv_shutdown_t shutdown;
+	struct http_server *srv;
+	struct http_conn *prev, *next; /* server's list */
+	llhttp_t parser;
+	struct http_request *head, *tail; /* every request not yet written, in order */
+	unsigned queued;		  /* requests in the list */
+	struct http_request *cur;	  /* the request being parsed (also the tail) */
+	char *pending;			  /* unparsed input kept while paused (owned) */
+	size_t pending_len;
+	int handles;	  /* uv handles not yet closed (tcp, timer) */
+	unsigned writes;  /* writes in flight */
+	bool paused;	  /* parser paused: too many requests read ahead */
+	bool in_parse;	  /* inside conn_parse() */
+	bool close_after; /* no more requests: close once everything is written */
+	bool shutting, lingering, closing;
+	bool failed;	 /* a parser callback stopped the parser (fail_*) */
+	int fail_status; /* 0: stop quietly, else answer with it */
+	const char *fail_code, *fail_msg;
+	char peer[64];
+};
+
+struct http_server {
+	uv_loop_t *loop;
+	uv_tcp_t listener;
+	struct http_server_config cfg;
+	struct route *routes;
+	size_t nroutes;
+	struct http_conn *conns;
+	struct http_server_stats stats;
+	llhttp_settings_t settings;
+	bool listening_closed, closing;
+	http_server_close_cb close_cb;
+	void *close_data;
+	char readbuf[HTTP_READ_BUF]; /* shared: input is consumed within the read callback */
+};
+
+/* http_request.c */
+void http_parser_settings(llhttp_settings_t *s);
+struct http_request *request_new(struct http_conn *c);
+void request_free(struct http_request *req);
+int request_error(struct http_request *req, int status, const char *code, const char *msg);
+int routes_compile(struct http_server *s, const struct http_route *routes, size_t n);
+void routes_free(struct http_server *s);
+
+/* http_server.c */
+void conn_flush(struct http_conn *c);
+void conn_fail(struct http_conn *c, int status, const char *code, const char *msg);
+void conn_arm(struct http_conn *c, uint64_t ms);
+void conn_enqueue(struct http_conn *c, struct http_request *req);
+void conn_continue(struct http_conn *c);
+
+#endif

@@ -1,0 +1,659 @@
+/* HTTP server against real clients: libcurl (keep-alive, Expect: 100-continue, 413) and raw
+ * sockets (malformed, oversized request line and headers, body limits, slow clients, pipelining,
+ * 404/405 bodies, idle close, connection limit, graceful close). The server runs its loop in a
+ * second thread; the test thread is the client. Waits are on observable events (a response, a
+ * close) with generous socket timeouts, never on elapsed time. */
+#include "http_server.h"
+
+#include "rawsock.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#define WAIT_MS 20000 /* socket receive timeout: only reached when something is broken */
+
+struct fixture {
+	uv_loop_t loop;
+	uv_async_t stop;    /* closes the server */
+	uv_async_t release; /* answers the held request */
+	struct http_server *srv;
+	struct http_request *held;
+	int port;
+	bool closed; /* the close callback ran */
+	pthread_t thread;
+};
+
+struct delayed {
+	uv_timer_t t;
+	struct http_request *req;
+	char body[64];
+};
+
+static void on_delayed_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void on_delay(uv_timer_t *t)
+{
+	struct delayed *d = t->data;
+
+	http_respond(d->req, 200, "text/plain", d->body, strlen(d->body));
+	uv_close((uv_handle_t *)t, on_delayed_closed);
+}
+
+static void h_hello(struct http_request *req, void *data)
+{
+	http_respond(req, 200, "text/plain", "hello", 5);
+}
+
+static void h_echo(struct http_request *req, void *data)
+{
+	size_t len;
+	const char *b = http_request_body(req, &len);
+
+	http_respond(req, 200, "application/octet-stream", b, len);
+}
+
+static void h_item(struct http_request *req, void *data)
+{
+	char out[256];
+
+	snprintf(out, sizeof(out), "{\"id\":\"%s\",\"q\":\"%s\"}", http_request_param(req, "id"),
+		 http_request_query(req));
+	http_response_header(req, "X-Item", "yes");
+	http_respond(req, 200, "application/json", out, strlen(out));
+}
+
+/* Answers after {ms} milliseconds, with "slow<ms>". */
+static void h_slow(struct http_request *req, void *data)
+{
+	struct fixture *f = data;
+	struct delayed *d = calloc(1, sizeof(*d));
+	unsigned ms = (unsigned)strtoul(http_request_param(req, "ms"), NULL, 10);
+
+	d->req = req;
+	snprintf(d->body, sizeof(d->body), "slow%u", ms);
+	uv_timer_init(&f->loop, &d->t);
+	d->t.data = d;
+	uv_timer_start(&d->t, on_delay, ms, 0);
+}
+
+static void h_hold(struct http_request *req, void *data)
+{
+	struct fixture *f = data;
+
+	f->held = req;
+}
+
+static void h_held(struct http_request *req, void *data)
+{
+	struct fixture *f = data;
+
+	http_respond(req, 200, "text/plain", f->held ? "1" : "0", 1);
+}
+
+static void decorate(struct http_request *req, int status, void *data)
+{
+	http_response_header(req, "X-Decorated", status >= 400 ? "error" : "ok");
+}
+
+static void on_closed(struct http_server *s, void *data)
+{
+	struct fixture *f = data;
+
+	f->closed = true;
+}
+
+static void on_async_closed(uv_handle_t *h)
+{
+}
+
+static void on_stop(uv_async_t *a)
+{
+	struct fixture *f = a->data;
+
+	http_server_close(f->srv, on_closed, f);
+	uv_close((uv_handle_t *)&f->stop, on_async_closed);
+}
+
+static void on_release(uv_async_t *a)
+{
+	struct fixture *f = a->data;
+
+	if (f->held) {
+		http_respond(f->held, 200, "text/plain", "released", 8);
+		f->held = NULL;
+	}
+	uv_close((uv_handle_t *)&f->release, on_async_closed);
+}
+
+static void *loop_main(void *arg)
+{
+	struct fixture *f = arg;
+
+	uv_run(&f->loop, UV_RUN_DEFAULT);
+	return NULL;
+}
+
+static struct fixture *start(void (*tune)(struct http_server_config *))
+{
+	struct fixture *f = calloc(1, sizeof(*f));
+	struct http_server_config cfg;
+	const struct http_route routes[] = {
+		{ "GET", "/hello", 0, h_hello, f },	   { "POST", "/echo", 1024, h_echo, f },
+		{ "POST", "/big", 1 << 20, h_echo, f },	   { "GET", "/items/{id}", 0, h_item, f },
+		{ "DELETE", "/items/{id}", 0, h_item, f }, { "GET", "/slow/{ms}", 0, h_slow, f },
+		{ "POST", "/hold", 64, h_hold, f },	   { "GET", "/held", 0, h_held, f },
+	};
+
+	http_server_config_defaults(&cfg);
+	cfg.max_pipelined = 4;
+	cfg.header_timeout_ms = 1000;
+	cfg.body_timeout_ms = 1000;
+	cfg.linger_ms = 200;
+	cfg.decorate = decorate;
+	if (tune)
+		tune(&cfg);
+	assert_int_equal(uv_loop_init(&f->loop), 0);
+	assert_int_equal(http_server_new(&f->loop, &cfg, routes, sizeof(routes) / sizeof(routes[0]),
+					 &f->srv),
+			 0);
+	f->port = http_server_port(f->srv);
+	assert_true(f->port > 0);
+	uv_async_init(&f->loop, &f->stop, on_stop);
+	uv_async_init(&f->loop, &f->release, on_release);
+	f->stop.data = f;
+	f->release.data = f;
+	pthread_create(&f->thread, NULL, loop_main, f);
+	return f;
+}
+
+static void stop(struct fixture *f)
+{
+	uv_async_send(&f->release);
+	uv_async_send(&f->stop);
+	pthread_join(f->thread, NULL);
+	assert_true(f->closed);
+	assert_int_equal(uv_loop_close(&f->loop), 0); /* every handle was closed */
+	free(f);
+}
+
+static int setup(void **state)
+{
+	*state = start(NULL);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	stop(*state);
+	return 0;
+}
+
+/* Sends req on a new connection, reads one response; with closes, also waits for the server
+ * to close the connection and records whether it did. */
+static void exchange_ex(int port, const char *req, struct raw_response *r, bool closes)
+{
+	int fd = raw_connect(port, WAIT_MS);
+
+	assert_true(fd >= 0);
+	assert_int_equal(raw_send(fd, req, strlen(req)), 0);
+	assert_int_equal(raw_read_response(fd, r), 0);
+	if (closes)
+		r->closed = raw_wait_closed(fd);
+	close(fd);
+}
+
+static void exchange(int port, const char *req, struct raw_response *r)
+{
+	exchange_ex(port, req, r, false);
+}
+
+static void exchange_closed(int port, const char *req, struct raw_response *r)
+{
+	exchange_ex(port, req, r, true);
+}
+
+static void assert_json_error(const struct raw_response *r, int status, const char *code)
+{
+	char want[128], ct[64];
+
+	assert_int_equal(r->status, status);
+	snprintf(want, sizeof(want), "{\"error\":\"%s\",\"message\":\"", code);
+	assert_non_null(strstr(r->body, want));
+	assert_non_null(raw_header(r, "Content-Type", ct, sizeof(ct)));
+	assert_string_equal(ct, "application/json");
+	assert_non_null(raw_header(r, "X-Decorated", ct, sizeof(ct)));
+	assert_string_equal(ct, "error");
+}
+
+/* ---- curl ---- */
+
+static size_t sink(char *p, size_t size, size_t n, void *data)
+{
+	struct raw_response *r = data;
+	size_t len = size * n;
+
+	r->body = realloc(r->body, r->body_len + len + 1);
+	memcpy(r->body + r->body_len, p, len);
+	r->body_len += len;
+	r->body[r->body_len] = '\0';
+	return len;
+}
+
+static long curl_do(CURL *c, const char *url, const char *post, size_t post_len,
+		    struct raw_response *r)
+{
+	long code = 0;
+
+	memset(r, 0, sizeof(*r));
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, sink);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, r);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)WAIT_MS);
+	if (post) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, post);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE, (long)post_len);
+	} else {
+		curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+	}
+	assert_int_equal(curl_easy_perform(c), CURLE_OK);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+	return code;
+}
+
+static void curl_keep_alive_and_bodies(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char url[128];
+	long conns = -1;
+	CURL *c = curl_easy_init();
+	char *big = malloc(200000);
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/hello", f->port);
+	assert_int_equal(curl_do(c, url, NULL, 0, &r), 200);
+	assert_string_equal(r.body, "hello");
+	raw_response_free(&r);
+	/* Same handle, second request: the connection is reused. */
+	assert_int_equal(curl_do(c, url, NULL, 0, &r), 200);
+	curl_easy_getinfo(c, CURLINFO_NUM_CONNECTS, &conns);
+	assert_int_equal(conns, 0);
+	raw_response_free(&r);
+	/* A body under the route's limit is echoed. */
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/echo", f->port);
+	memset(big, 'x', 200000);
+	assert_int_equal(curl_do(c, url, big, 1000, &r), 200);
+	assert_int_equal(r.body_len, 1000);
+	raw_response_free(&r);
+	/* Over it (curl sends Expect: 100-continue here): 413 before the body is sent. */
+	assert_int_equal(curl_do(c, url, big, 5000, &r), 413);
+	assert_non_null(strstr(r.body, "\"error\":\"body_too_large\""));
+	raw_response_free(&r);
+	/* A large body on a route that takes it, through 100-continue. */
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/big", f->port);
+	assert_int_equal(curl_do(c, url, big, 200000, &r), 200);
+	assert_int_equal(r.body_len, 200000);
+	raw_response_free(&r);
+	free(big);
+	curl_easy_cleanup(c);
+}
+
+static void curl_params_query_and_404_405(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char url[128];
+	CURL *c = curl_easy_init();
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/items/abc?x=1", f->port);
+	assert_int_equal(curl_do(c, url, NULL, 0, &r), 200);
+	assert_string_equal(r.body, "{\"id\":\"abc\",\"q\":\"x=1\"}");
+	raw_response_free(&r);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/nowhere", f->port);
+	assert_int_equal(curl_do(c, url, NULL, 0, &r), 404);
+	assert_non_null(strstr(r.body, "{\"error\":\"not_found\",\"message\":\""));
+	raw_response_free(&r);
+	/* A parameter segment must not be empty. */
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/items/", f->port);
+	assert_int_equal(curl_do(c, url, NULL, 0, &r), 404);
+	raw_response_free(&r);
+	curl_easy_cleanup(c);
+}
+
+/* ---- raw sockets ---- */
+
+static void raw_405_lists_allowed_methods(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char allow[64];
+
+	exchange(f->port, "PUT /items/7 HTTP/1.1\r\nHost: t\r\n\r\n", &r);
+	assert_json_error(&r, 405, "method_not_allowed");
+	assert_non_null(raw_header(&r, "Allow", allow, sizeof(allow)));
+	assert_string_equal(allow, "GET, DELETE");
+	raw_response_free(&r);
+}
+
+static void raw_malformed_is_400_and_closes(void **state)
+{
+	struct fixture *f = *state;
+	const char *bad[] = {
+		"GARBAGE\r\n\r\n",
+		"GET /hello HTTP/1.1\r\nHost t\r\n\r\n",
+		"GET /hello HTTP/9.9\r\n\r\n",
+		"POST /echo HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello",
+		"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct raw_response r;
+		exchange_closed(f->port, bad[i], &r);
+		assert_json_error(&r, 400, "bad_request");
+		assert_true(r.closed);
+		raw_response_free(&r);
+	}
+}
+
+static void raw_oversized_line_and_headers(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char *req = malloc(40000);
+	char *p;
+
+	/* Request line: 8 KiB of path is refused with 414. */
+	p = req + sprintf(req, "GET /");
+	memset(p, 'a', 9000);
+	strcpy(p + 9000, " HTTP/1.1\r\nHost: t\r\n\r\n");
+	exchange_closed(f->port, req, &r);
+	assert_json_error(&r, 414, "uri_too_long");
+	assert_true(r.closed);
+	raw_response_free(&r);
+	/* Just under the limit is fine (404: no such route). */
+	p = req + sprintf(req, "GET /");
+	memset(p, 'a', 8000);
+	strcpy(p + 8000, " HTTP/1.1\r\nHost: t\r\n\r\n");
+	exchange(f->port, req, &r);
+	assert_int_equal(r.status, 404);
+	raw_response_free(&r);
+	/* One 9000-byte header: 431. */
+	p = req + sprintf(req, "GET /hello HTTP/1.1\r\nX-Big: ");
+	memset(p, 'b', 9000);
+	strcpy(p + 9000, "\r\n\r\n");
+	exchange_closed(f->port, req, &r);
+	assert_json_error(&r, 431, "headers_too_large");
+	assert_true(r.closed);
+	raw_response_free(&r);
+	/* Many small headers adding up past 8 KiB: 431 too. */
+	p = req + sprintf(req, "GET /hello HTTP/1.1\r\n");
+	for (int i = 0; i < 90; i++)
+		p += sprintf(p, "X-H%02d: %0100d\r\n", i, 0);
+	strcpy(p, "\r\n");
+	exchange(f->port, req, &r);
+	assert_json_error(&r, 431, "headers_too_large");
+	raw_response_free(&r);
+	free(req);
+}
+
+static void raw_body_over_route_limit(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char req[4096];
+
+	/* Declared length over the limit: refused before the body is read. */
+	exchange_closed(f->port, "POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 5000\r\n\r\n",
+			&r);
+	assert_json_error(&r, 413, "body_too_large");
+	assert_true(r.closed);
+	raw_response_free(&r);
+	/* Chunked past the limit: refused when the chunk arrives. */
+	int n = sprintf(req, "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+			     "800\r\n");
+	memset(req + n, 'c', 0x800);
+	strcpy(req + n + 0x800, "\r\n0\r\n\r\n");
+	exchange(f->port, req, &r);
+	assert_json_error(&r, 413, "body_too_large");
+	raw_response_free(&r);
+	/* Chunked within the limit is reassembled. */
+	exchange(f->port,
+		 "POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+		 "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+		 &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.body, "abcde");
+	raw_response_free(&r);
+	/* A body on a route with no route is refused and the connection closed. */
+	exchange_closed(f->port, "POST /nowhere HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc", &r);
+	assert_json_error(&r, 404, "not_found");
+	assert_true(r.closed);
+	raw_response_free(&r);
+}
+
+static void raw_keep_alive_and_http10(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char v[32];
+	int fd = raw_connect(f->port, WAIT_MS);
+
+	for (int i = 0; i < 3; i++) {
+		raw_send_str(fd, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+		assert_int_equal(raw_read_response(fd, &r), 0);
+		assert_int_equal(r.status, 200);
+		assert_null(raw_header(&r, "Connection", v, sizeof(v)));
+		raw_response_free(&r);
+	}
+	/* Connection: close is honoured: answered, then closed. */
+	const char *last = "GET /hello HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+	raw_send_str(fd, last);
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	assert_string_equal(raw_header(&r, "Connection", v, sizeof(v)), "close");
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(fd));
+	close(fd);
+	/* HTTP/1.0 without keep-alive: one answer, then close. */
+	exchange_closed(f->port, "GET /hello HTTP/1.0\r\n\r\n", &r);
+	assert_int_equal(r.status, 200);
+	assert_true(r.closed);
+	raw_response_free(&r);
+}
+
+static void raw_pipelined_in_order(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	const char *req = "GET /slow/300 HTTP/1.1\r\nHost: t\r\n\r\n"
+			  "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n"
+			  "GET /slow/10 HTTP/1.1\r\nHost: t\r\n\r\n"
+			  "GET /items/42 HTTP/1.1\r\nHost: t\r\n\r\n";
+	const char *want[] = { "slow300", "hello", "slow10", "{\"id\":\"42\",\"q\":\"\"}" };
+	int fd = raw_connect(f->port, WAIT_MS);
+
+	raw_send_str(fd, req);
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(raw_read_response(fd, &r), 0);
+		assert_int_equal(r.status, 200);
+		assert_string_equal(r.body, want[i]);
+		raw_response_free(&r);
+	}
+	close(fd);
+}
+
+static void raw_pipelined_past_read_ahead(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char *req = malloc(200 * 64);
+	char *p = req;
+	char want[64];
+	int fd = raw_connect(f->port, WAIT_MS);
+
+	/* 200 requests in one write with a read-ahead of 4: reading pauses and resumes. */
+	for (int i = 0; i < 200; i++)
+		p += sprintf(p, "GET /items/%d HTTP/1.1\r\nHost: t\r\n\r\n", i);
+	raw_send(fd, req, (size_t)(p - req));
+	for (int i = 0; i < 200; i++) {
+		assert_int_equal(raw_read_response(fd, &r), 0);
+		snprintf(want, sizeof(want), "{\"id\":\"%d\",\"q\":\"\"}", i);
+		assert_string_equal(r.body, want);
+		raw_response_free(&r);
+	}
+	close(fd);
+	free(req);
+}
+
+static void raw_slow_client_408_others_served(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	int slow = raw_connect(f->port, WAIT_MS);
+	int slow_body = raw_connect(f->port, WAIT_MS);
+
+	/* Headers never finish; a body never finishes. */
+	raw_send_str(slow, "GET /hello HTTP/1.1\r\nHost: t\r\n");
+	const char *partial = "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc";
+	raw_send_str(slow_body, partial);
+	/* Meanwhile another client is served. */
+	exchange(f->port, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n", &r);
+	assert_int_equal(r.status, 200);
+	raw_response_free(&r);
+	/* Both slow clients get 408 and are closed. */
+	assert_int_equal(raw_read_response(slow, &r), 0);
+	assert_json_error(&r, 408, "request_timeout");
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(slow));
+	assert_int_equal(raw_read_response(slow_body, &r), 0);
+	assert_json_error(&r, 408, "request_timeout");
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(slow_body));
+	close(slow);
+	close(slow_body);
+}
+
+static void raw_client_gone_while_handler_runs(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	int fd = raw_connect(f->port, WAIT_MS);
+
+	/* The handler answers 300 ms later, after the client left: dropped, nothing leaks. */
+	raw_send_str(fd, "GET /slow/300 HTTP/1.1\r\nHost: t\r\n\r\n");
+	close(fd);
+	exchange(f->port, "GET /slow/400 HTTP/1.1\r\nHost: t\r\n\r\n", &r);
+	assert_string_equal(r.body, "slow400");
+	raw_response_free(&r);
+}
+
+static void tune_idle(struct http_server_config *c)
+{
+	c->idle_timeout_ms = 2000;
+	c->max_connections = 3;
+}
+
+static void idle_close_and_connection_limit(void **state)
+{
+	struct fixture *f = start(tune_idle);
+	struct raw_response r;
+	int a = raw_connect(f->port, WAIT_MS);
+	int b = raw_connect(f->port, WAIT_MS);
+	int c = raw_connect(f->port, WAIT_MS);
+
+	/* Prove a, b and c are accepted and open: each answers. */
+	int fds[3] = { a, b, c };
+	for (int i = 0; i < 3; i++) {
+		raw_send_str(fds[i], "GET /hello HTTP/1.1\r\n\r\n");
+		assert_int_equal(raw_read_response(fds[i], &r), 0);
+		raw_response_free(&r);
+	}
+	/* A fourth is one too many. */
+	int d = raw_connect(f->port, WAIT_MS);
+	assert_int_equal(raw_read_response(d, &r), 0);
+	assert_json_error(&r, 503, "too_many_connections");
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(d));
+	close(d);
+	/* Idle keep-alive connections are closed by the server. */
+	for (int i = 0; i < 3; i++) {
+		assert_true(raw_wait_closed(fds[i]));
+		close(fds[i]);
+	}
+	stop(f);
+}
+
+static void graceful_close_finishes_in_flight(void **state)
+{
+	struct fixture *f = start(NULL);
+	struct raw_response r;
+	char v[32];
+	int idle = raw_connect(f->port, WAIT_MS);
+	int busy = raw_connect(f->port, WAIT_MS);
+
+	raw_send_str(idle, "GET /hello HTTP/1.1\r\n\r\n");
+	assert_int_equal(raw_read_response(idle, &r), 0);
+	raw_response_free(&r);
+	raw_send_str(busy, "POST /hold HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi");
+	/* Wait until the handler holds it. */
+	for (;;) {
+		exchange(f->port, "GET /held HTTP/1.1\r\n\r\n", &r);
+		bool held = strcmp(r.body, "1") == 0;
+		raw_response_free(&r);
+		if (held)
+			break;
+		usleep(10000);
+	}
+	uv_async_send(&f->stop);
+	/* The idle connection is closed, the listener is gone... */
+	assert_true(raw_wait_closed(idle));
+	close(idle);
+	/* ...and the held request is still answered, with Connection: close. */
+	uv_async_send(&f->release);
+	assert_int_equal(raw_read_response(busy, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.body, "released");
+	assert_string_equal(raw_header(&r, "Connection", v, sizeof(v)), "close");
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(busy));
+	close(busy);
+	pthread_join(f->thread, NULL);
+	assert_true(f->closed);
+	assert_int_equal(raw_connect(f->port, WAIT_MS), -1);
+	assert_int_equal(uv_loop_close(&f->loop), 0);
+	free(f);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(curl_keep_alive_and_bodies, setup, teardown),
+		cmocka_unit_test_setup_teardown(curl_params_query_and_404_405, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_405_lists_allowed_methods, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_malformed_is_400_and_closes, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_oversized_line_and_headers, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_body_over_route_limit, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_keep_alive_and_http10, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_pipelined_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_pipelined_past_read_ahead, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_slow_client_408_others_served, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_client_gone_while_handler_runs, setup,
+						teardown),
+		cmocka_unit_test(idle_close_and_connection_limit),
+		cmocka_unit_test(graceful_close_finishes_in_flight),
+	};
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	int rc = cmocka_run_group_tests(tests, NULL, NULL);
+	curl_global_cleanup();
+	return rc;
+}
