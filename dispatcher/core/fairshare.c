@@ -455,36 +455,35 @@ static int64_t admissible(const struct ctx *x, const struct totals *t, uint32_t 
 	return max64(0, min64(n, fair));
 }
 
-/* effective_limit and its binding term (C12, R11). Ties keep the broader level. */
+static void bind(struct fairshare_result *o, int64_t *best, int64_t v, enum fairshare_limit by,
+		 uint32_t value)
+{
+	if (v < *best) {
+		*best = v;
+		o->limited_by = by;
+		o->limited_by_value = value;
+	}
+}
+
+/* effective_limit and its binding term (C12, R11). Terms are offered narrowest first, and a
+ * later term replaces the binding one only when strictly smaller, so ties keep the narrower. */
 static void effective(const struct ctx *x, const struct totals *t, uint32_t i)
 {
 	const struct fairshare_campaign *c = &x->in[i];
 	struct fairshare_result *o = &x->out[i];
 	int64_t r = c->running, f = o->floor;
 	int64_t others = t->hold - max64(f, r);
-	int64_t best = r + system_room(x->org), org = max64(f, x->org->org_limit - others);
+	int64_t best = INT64_MAX;
 
-	o->limited_by = FAIRSHARE_BY_SYSTEM;
-	o->limited_by_value = x->org->system_limit;
-	if (org < best) {
-		best = org;
-		o->limited_by = others > 0 ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG;
-		o->limited_by_value = others > 0 ? t->active : x->org->org_limit;
-	}
-	if (gated(x, c)) {
-		int64_t ag = r + max64(0, (int64_t)x->cap - x->org->agent_running[c->agent]);
-
-		if (ag < best) {
-			best = ag;
-			o->limited_by = FAIRSHARE_BY_AGENT;
-			o->limited_by_value = x->cap;
-		}
-	}
-	if (!c->direct && c->ceiling != FAIRSHARE_UNLIMITED && c->ceiling < best) {
-		best = c->ceiling;
-		o->limited_by = FAIRSHARE_BY_CEILING;
-		o->limited_by_value = c->ceiling;
-	}
+	if (!c->direct && c->ceiling != FAIRSHARE_UNLIMITED)
+		bind(o, &best, c->ceiling, FAIRSHARE_BY_CEILING, c->ceiling);
+	if (gated(x, c))
+		bind(o, &best, r + max64(0, (int64_t)x->cap - x->org->agent_running[c->agent]),
+		     FAIRSHARE_BY_AGENT, x->cap);
+	bind(o, &best, max64(f, x->org->org_limit - others),
+	     others > 0 ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG,
+	     others > 0 ? t->active : x->org->org_limit);
+	bind(o, &best, r + system_room(x->org), FAIRSHARE_BY_SYSTEM, x->org->system_limit);
 	o->effective_limit = (uint32_t)best;
 }
 

@@ -47,8 +47,10 @@
  *      over every other input (inactive ones have floor 0), direct included. When this term binds
  *      and another campaign holds lines, limited_by is the fair share ("a fair share of the
  *      organisation pool across N active campaigns"); when no other campaign holds any, it is the
- *      organisation limit. Ties between terms name the broader level: system, then organisation
- *      (or fair share), then agent, then the campaign ceiling.
+ *      organisation limit. Ties between terms name the narrower level: the campaign ceiling, then
+ *      the agent, then the pool (fair share or organisation), then the system; the fluid share
+ *      already bends to the narrower caps, so when the fair share equals a ceiling the ceiling is
+ *      the cause (raising the org limit would not change it).
  *  R12 available_now is what the gate (fairshare_gate.h) would admit for c now, in a row, under
  *      the floors just computed and the input's k; the agent term uses R7. Pause and stop are
  *      enforced by contact selection, not by the gate: a paused or stopped campaign reports

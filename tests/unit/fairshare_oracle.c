@@ -374,18 +374,19 @@ static void capacity(const struct st *s, uint32_t c, uint32_t active, struct ora
 	} else {
 		int64_t org = (int64_t)s->org->org_limit - others;
 
-		term(k->running + sys_room, FAIRSHARE_BY_SYSTEM, s->org->system_limit, o, &best);
-		term(org > s->floor[c] ? org : s->floor[c],
-		     others ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG,
-		     others ? active : s->org->org_limit, o, &best);
+		/* Narrowest first; a later term must be strictly smaller to bind (R11). */
+		if (!k->direct && k->ceiling != FAIRSHARE_UNLIMITED)
+			term(k->ceiling, FAIRSHARE_BY_CEILING, k->ceiling, o, &best);
 		if (s->cap && !k->direct && k->agent != FAIRSHARE_NO_AGENT) {
 			int64_t free = (int64_t)s->cap - s->org->agent_running[k->agent];
 
 			term(k->running + (free > 0 ? free : 0), FAIRSHARE_BY_AGENT, s->cap, o,
 			     &best);
 		}
-		if (!k->direct && k->ceiling != FAIRSHARE_UNLIMITED)
-			term(k->ceiling, FAIRSHARE_BY_CEILING, k->ceiling, o, &best);
+		term(org > s->floor[c] ? org : s->floor[c],
+		     others ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG,
+		     others ? active : s->org->org_limit, o, &best);
+		term(k->running + sys_room, FAIRSHARE_BY_SYSTEM, s->org->system_limit, o, &best);
 		o->available_now = count_admissions(s, c);
 	}
 	if (k->state != FAIRSHARE_RUNNING) {

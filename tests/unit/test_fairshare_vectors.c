@@ -1,0 +1,603 @@
+/* Runs tests/vectors/fairshare.json (format described in tests/vectors/README.md) against the
+ * allocator's recompute face (states, refreshes) and the gate (sequences). The file is found
+ * through DSP_SOURCE_ROOT; cJSON allocates through cmocka's test_malloc so leaks fail. */
+#include "fairshare.h"
+#include "fairshare_gate.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#define MAX_C 32
+#define MAX_A 16
+
+static void *hook_malloc(size_t n)
+{
+	return test_malloc(n);
+}
+
+static void hook_free(void *p)
+{
+	test_free(p);
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf;
+	long len;
+
+	if (!f)
+		fail_msg("cannot open %s (set DSP_SOURCE_ROOT)", path);
+	fseek(f, 0, SEEK_END);
+	len = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	buf = test_malloc((size_t)len + 1);
+	assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+	buf[len] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static cJSON *load(void)
+{
+	const char *root = getenv("DSP_SOURCE_ROOT");
+	char path[4096];
+	char *text;
+	cJSON *doc;
+
+	snprintf(path, sizeof(path), "%s/tests/vectors/fairshare.json", root ? root : ".");
+	text = slurp(path);
+	doc = cJSON_Parse(text);
+	test_free(text);
+	assert_non_null(doc);
+	assert_string_equal(cJSON_GetObjectItem(doc, "format")->valuestring,
+			    "dsp-fairshare-vectors");
+	assert_int_equal(cJSON_GetObjectItem(doc, "version")->valueint, 1);
+	return doc;
+}
+
+/* ---- small JSON helpers ---- */
+
+static uint32_t u32_or(const cJSON *obj, const char *key, uint32_t def)
+{
+	const cJSON *v = obj ? cJSON_GetObjectItem(obj, key) : NULL;
+
+	if (!v)
+		return def;
+	if (cJSON_IsNull(v))
+		return FAIRSHARE_UNLIMITED;
+	return (uint32_t)v->valuedouble;
+}
+
+static bool bool_or(const cJSON *obj, const char *key, bool def)
+{
+	const cJSON *v = obj ? cJSON_GetObjectItem(obj, key) : NULL;
+
+	return v ? cJSON_IsTrue(v) : def;
+}
+
+static const char *str_or(const cJSON *obj, const char *key, const char *def)
+{
+	const cJSON *v = obj ? cJSON_GetObjectItem(obj, key) : NULL;
+
+	return cJSON_IsString(v) ? v->valuestring : def;
+}
+
+/* Checks obj[key] against got when present; null means FAIRSHARE_UNLIMITED. */
+static void want_u32(const char *where, const cJSON *obj, const char *key, uint64_t got)
+{
+	const cJSON *v = obj ? cJSON_GetObjectItem(obj, key) : NULL;
+	uint64_t want;
+
+	if (!v)
+		return;
+	want = cJSON_IsNull(v) ? FAIRSHARE_UNLIMITED : (uint64_t)llround(v->valuedouble);
+	if (want != got)
+		fail_msg("%s: %s: want %llu, got %llu", where, key, (unsigned long long)want,
+			 (unsigned long long)got);
+}
+
+static void want_str(const char *where, const cJSON *obj, const char *key, const char *got)
+{
+	const char *want = str_or(obj, key, NULL);
+
+	if (want && strcmp(want, got) != 0)
+		fail_msg("%s: %s: want \"%s\", got \"%s\"", where, key, want, got);
+}
+
+struct names {
+	const char *id[MAX_A];
+	uint32_t n;
+};
+
+static uint32_t name_index(struct names *t, const char *id)
+{
+	if (!id)
+		return FAIRSHARE_NO_AGENT;
+	for (uint32_t i = 0; i < t->n; i++)
+		if (strcmp(t->id[i], id) == 0)
+			return i;
+	assert_true(t->n < MAX_A);
+	t->id[t->n] = id;
+	return t->n++;
+}
+
+/* ---- states and refreshes ---- */
+
+struct org_case {
+	struct fairshare_org org;
+	struct fairshare_campaign c[MAX_C];
+	uint32_t n;
+	uint32_t agent_running[MAX_A];
+	struct names agents;
+};
+
+static enum fairshare_state state_of(const char *s)
+{
+	if (strcmp(s, "paused") == 0)
+		return FAIRSHARE_PAUSED;
+	if (strcmp(s, "stopped") == 0)
+		return FAIRSHARE_STOPPED;
+	assert_string_equal(s, "running");
+	return FAIRSHARE_RUNNING;
+}
+
+static void campaign_of(struct org_case *k, const cJSON *j, struct fairshare_campaign *c)
+{
+	const cJSON *carry = cJSON_GetObjectItem(j, "carry");
+
+	*c = (struct fairshare_campaign){
+		.id = str_or(j, "id", ""),
+		.running = u32_or(j, "running", 0),
+		.waiting = u32_or(j, "waiting", 0),
+		.due = u32_or(j, "due", 0),
+		.ceiling = u32_or(j, "ceiling", FAIRSHARE_UNLIMITED),
+		.agent = name_index(&k->agents, str_or(j, "agent", NULL)),
+		.state = state_of(str_or(j, "state", "running")),
+		.direct = bool_or(j, "direct", false),
+	};
+	if (carry) {
+		c->carry.deficit = (int64_t)cJSON_GetObjectItem(carry, "deficit")->valuedouble;
+		c->carry.fluid = cJSON_GetObjectItem(carry, "fluid")->valuedouble;
+		c->carry.floor = u32_or(carry, "floor", 0);
+	}
+}
+
+static void org_case_of(const cJSON *j, struct org_case *k)
+{
+	const cJSON *org = cJSON_GetObjectItem(j, "org"), *agents = cJSON_GetObjectItem(j, "agents");
+	const cJSON *c;
+	uint32_t running = 0;
+
+	memset(k, 0, sizeof(*k));
+	cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "campaigns"))
+	{
+		assert_true(k->n < MAX_C);
+		campaign_of(k, c, &k->c[k->n]);
+		running += k->c[k->n].running;
+		if (!agents && !k->c[k->n].direct && k->c[k->n].agent != FAIRSHARE_NO_AGENT)
+			k->agent_running[k->c[k->n].agent] += k->c[k->n].running;
+		k->n++;
+	}
+	cJSON_ArrayForEach(c, agents)
+	{
+		k->agent_running[name_index(&k->agents, c->string)] = (uint32_t)c->valuedouble;
+	}
+	k->org = (struct fairshare_org){
+		.system_limit = u32_or(org, "system_limit", 1000),
+		.system_running = u32_or(org, "system_running", running),
+		.org_limit = u32_or(org, "org_limit", 20),
+		.per_agent = u32_or(org, "per_agent", FAIRSHARE_UNLIMITED),
+		.enforced = bool_or(org, "enforced", true),
+		.elapsed_ms = u32_or(org, "elapsed_ms", 0),
+		.agent_running = k->agent_running,
+		.n_agents = k->agents.n,
+	};
+}
+
+static uint32_t case_index(const struct org_case *k, const char *id)
+{
+	for (uint32_t i = 0; i < k->n; i++)
+		if (strcmp(k->c[i].id, id) == 0)
+			return i;
+	fail_msg("unknown campaign %s", id);
+	return 0;
+}
+
+static void recompute(struct org_case *k, struct fairshare_result *out,
+		      struct fairshare_summary *sum)
+{
+	size_t size = fairshare_work_size(k->n, k->org.n_agents);
+	void *work = test_malloc(size);
+
+	assert_int_equal(fairshare_recompute(&k->org, k->c, k->n, out, sum, work, size), 0);
+	test_free(work);
+}
+
+static void want_capacity(const char *where, const struct org_case *k, uint32_t i,
+			  const struct fairshare_result *o, const struct fairshare_summary *s,
+			  const cJSON *cap)
+{
+	const cJSON *fs = cJSON_GetObjectItem(cap, "fair_share");
+	char text[160];
+
+	fairshare_limited_by_format(o->limited_by, o->limited_by_value, text, sizeof(text));
+	want_u32(where, cap, "running_now", k->c[i].running);
+	want_u32(where, cap, "effective_limit", o->effective_limit);
+	want_str(where, cap, "limited_by", text);
+	want_u32(where, cap, "campaign_limit", k->c[i].ceiling);
+	want_u32(where, cap, "org_limit", k->org.org_limit);
+	want_u32(where, cap, "available_now", o->available_now);
+	want_u32(where, fs, "active_campaigns", s->active_campaigns);
+	want_u32(where, fs, "guaranteed_floor", o->floor);
+	want_u32(where, fs, "reserved_for_other_campaigns", o->reserved_for_other_campaigns);
+}
+
+static void want_allocation(const char *where, const struct fairshare_result *o, const cJSON *a)
+{
+	const cJSON *v;
+
+	if (!a)
+		return;
+	v = cJSON_GetObjectItem(a, "active");
+	if (v && cJSON_IsTrue(v) != o->active)
+		fail_msg("%s: active", where);
+	want_u32(where, a, "need", o->need);
+	v = cJSON_GetObjectItem(a, "fluid");
+	if (v && fabs(v->valuedouble - o->fluid) > 1e-9)
+		fail_msg("%s: fluid: want %.9f, got %.9f", where, v->valuedouble, o->fluid);
+	want_u32(where, a, "floor", o->floor);
+	want_u32(where, a, "shortfall", o->shortfall);
+	v = cJSON_GetObjectItem(a, "deficit");
+	if (v && (int64_t)v->valuedouble != o->carry.deficit)
+		fail_msg("%s: deficit: want %lld, got %lld", where, (long long)v->valuedouble,
+			 (long long)o->carry.deficit);
+	want_str(where, a, "limited_by", fairshare_limit_name(o->limited_by));
+}
+
+static void run_state(const cJSON *j)
+{
+	static struct org_case k;
+	struct fairshare_result out[MAX_C];
+	struct fairshare_summary sum;
+	const cJSON *expect = cJSON_GetObjectItem(j, "expect"), *c;
+	const char *name = str_or(j, "name", "?");
+	const cJSON *s = cJSON_GetObjectItem(expect, "summary");
+
+	org_case_of(j, &k);
+	recompute(&k, out, &sum);
+	want_u32(name, s, "active_campaigns", sum.active_campaigns);
+	want_u32(name, s, "floors_total", sum.floors_total);
+	want_u32(name, s, "shortfall_total", sum.shortfall_total);
+	want_u32(name, s, "direct_reserve", sum.direct_reserve);
+	cJSON_ArrayForEach(c, cJSON_GetObjectItem(expect, "campaigns"))
+	{
+		uint32_t i = case_index(&k, c->string);
+		char where[128];
+
+		snprintf(where, sizeof(where), "%s/%s", name, c->string);
+		want_capacity(where, &k, i, &out[i], &sum, cJSON_GetObjectItem(c, "capacity"));
+		want_allocation(where, &out[i], cJSON_GetObjectItem(c, "allocation"));
+	}
+}
+
+static void want_zero_floors(const char *where, const struct org_case *k,
+			     const struct fairshare_result *out, const cJSON *list)
+{
+	uint32_t zeros = 0, listed = 0;
+	const cJSON *id;
+
+	if (!list)
+		return;
+	cJSON_ArrayForEach(id, list)
+	{
+		if (out[case_index(k, id->valuestring)].floor != 0)
+			fail_msg("%s: %s should be at floor 0", where, id->valuestring);
+		listed++;
+	}
+	for (uint32_t i = 0; i < k->n; i++)
+		zeros += out[i].active && out[i].floor == 0;
+	if (zeros != listed)
+		fail_msg("%s: %u campaigns at floor 0, %u expected", where, zeros, listed);
+}
+
+static void run_refresh(const cJSON *j)
+{
+	static struct org_case k;
+	struct fairshare_result out[MAX_C];
+	const cJSON *step, *v;
+	int n = 0;
+
+	org_case_of(j, &k);
+	cJSON_ArrayForEach(step, cJSON_GetObjectItem(j, "steps"))
+	{
+		const cJSON *floors = cJSON_GetObjectItem(step, "expect_floors");
+		char where[128];
+
+		snprintf(where, sizeof(where), "%s/step %d", str_or(j, "name", "?"), n++);
+		k.org.elapsed_ms = u32_or(step, "elapsed_ms", 0);
+		recompute(&k, out, NULL);
+		cJSON_ArrayForEach(v, floors)
+		{
+			want_u32(where, floors, v->string, out[case_index(&k, v->string)].floor);
+		}
+		cJSON_ArrayForEach(v, cJSON_GetObjectItem(step, "expect_deficits"))
+		{
+			if ((int64_t)v->valuedouble != out[case_index(&k, v->string)].carry.deficit)
+				fail_msg("%s: deficit of %s: want %lld, got %lld", where, v->string,
+					 (long long)v->valuedouble,
+					 (long long)out[case_index(&k, v->string)].carry.deficit);
+		}
+		want_zero_floors(where, &k, out, cJSON_GetObjectItem(step, "expect_zero_floor"));
+		for (uint32_t i = 0; i < k.n; i++)
+			k.c[i].carry = out[i].carry;
+	}
+}
+
+/* ---- sequences ---- */
+
+struct seq_case {
+	struct fairshare_gate g;
+	struct fairshare_gate_campaign gc[MAX_C];
+	struct fairshare_gate_agent ga[MAX_A];
+	struct fairshare_system sys;
+	const char *ids[MAX_C];
+	uint32_t n;
+	struct names agents;
+	uint64_t now;
+	const char *name;
+	int step;
+};
+
+static uint32_t seq_index(const struct seq_case *q, const char *id)
+{
+	for (uint32_t i = 0; i < q->n; i++)
+		if (id && strcmp(q->ids[i], id) == 0)
+			return i;
+	fail_msg("%s: unknown campaign %s", q->name, id ? id : "(none)");
+	return 0;
+}
+
+static void seq_setup(const cJSON *j, struct seq_case *q)
+{
+	const cJSON *org = cJSON_GetObjectItem(j, "org"), *sys = cJSON_GetObjectItem(j, "system");
+	const cJSON *c;
+	uint32_t direct = FAIRSHARE_NO_CAMPAIGN;
+	struct fairshare_gate_limits lim;
+
+	memset(q, 0, sizeof(*q));
+	q->name = str_or(j, "name", "?");
+	cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "campaigns"))
+	{
+		assert_true(q->n < MAX_C);
+		q->ids[q->n] = str_or(c, "id", "");
+		q->gc[q->n].ceiling = u32_or(c, "ceiling", FAIRSHARE_UNLIMITED);
+		q->gc[q->n].agent = name_index(&q->agents, str_or(c, "agent", NULL));
+		if (bool_or(c, "direct", false))
+			direct = q->n;
+		q->n++;
+	}
+	lim = (struct fairshare_gate_limits){ u32_or(org, "org_limit", 20),
+					      u32_or(org, "per_agent", FAIRSHARE_UNLIMITED),
+					      bool_or(org, "enforced", true) };
+	q->sys = (struct fairshare_system){ u32_or(sys, "limit", 1000), u32_or(sys, "running", 0) };
+	assert_int_equal(fairshare_gate_init(&q->g, &lim, q->gc, q->n, direct, q->ga,
+					     MAX_A),
+			 0);
+}
+
+static int rc_of(const char *s)
+{
+	if (strcmp(s, "stale") == 0)
+		return -ESTALE;
+	if (strcmp(s, "range") == 0)
+		return -ERANGE;
+	assert_string_equal(s, "ok");
+	return 0;
+}
+
+static void want_rc(const struct seq_case *q, const cJSON *step, int got)
+{
+	int want = rc_of(str_or(step, "expect", "ok"));
+
+	if (got != want)
+		fail_msg("%s/step %d: rc want %d, got %d", q->name, q->step, want, got);
+}
+
+static struct fairshare_slot slot_of(struct seq_case *q, const cJSON *step)
+{
+	uint32_t c = seq_index(q, str_or(step, "campaign", NULL));
+	const char *agent = str_or(step, "agent", NULL);
+
+	if (c == q->g.direct)
+		return (struct fairshare_slot){ c, name_index(&q->agents, agent) };
+	return (struct fairshare_slot){ c, q->gc[c].agent };
+}
+
+static void do_install(struct seq_case *q, const cJSON *step)
+{
+	uint32_t floors[MAX_C] = { 0 };
+	const cJSON *f;
+
+	cJSON_ArrayForEach(f, cJSON_GetObjectItem(step, "floors"))
+	{
+		floors[seq_index(q, f->string)] = (uint32_t)f->valuedouble;
+	}
+	want_rc(q, step,
+		fairshare_gate_install(&q->g, u32_or(step, "version", 0), floors, q->n, q->now,
+				       u32_or(step, "ttl_ms", 10000)));
+}
+
+static void do_admit(struct seq_case *q, const cJSON *step)
+{
+	struct fairshare_slot slot = slot_of(q, step);
+	struct fairshare_decision d;
+	const cJSON *e = cJSON_GetObjectItem(step, "expect"), *v;
+	char where[128];
+
+	snprintf(where, sizeof(where), "%s/step %d (%s)", q->name, q->step, q->ids[slot.campaign]);
+	assert_int_equal(fairshare_gate_try(&q->g, &q->sys, &slot, q->now, &d), 0);
+	v = cJSON_GetObjectItem(e, "admitted");
+	if (v && cJSON_IsTrue(v) != d.admitted)
+		fail_msg("%s: admitted want %d, got %d (%s/%s)", where, cJSON_IsTrue(v),
+			 d.admitted, fairshare_level_name(d.level), fairshare_reason_name(d.reason));
+	want_str(where, e, "level", fairshare_level_name(d.level));
+	want_str(where, e, "reason", fairshare_reason_name(d.reason));
+	v = cJSON_GetObjectItem(e, "fcfs");
+	if (v && cJSON_IsTrue(v) != d.fcfs)
+		fail_msg("%s: fcfs", where);
+}
+
+static void do_check(struct seq_case *q, const cJSON *step)
+{
+	const cJSON *e = cJSON_GetObjectItem(step, "expect"), *v;
+	const cJSON *stats = cJSON_GetObjectItem(e, "stats");
+	char where[128], key[64];
+
+	snprintf(where, sizeof(where), "%s/step %d", q->name, q->step);
+	want_u32(where, e, "org_running", q->g.org_running);
+	want_u32(where, e, "system_running", q->sys.running);
+	want_u32(where, e, "shortfall_total", q->g.shortfall);
+	want_u32(where, e, "direct_waiting", q->g.direct_waiting);
+	want_u32(where, e, "direct_reserve", fairshare_gate_direct_reserve(&q->g, q->now));
+	cJSON_ArrayForEach(v, cJSON_GetObjectItem(e, "running"))
+	{
+		want_u32(where, cJSON_GetObjectItem(e, "running"), v->string,
+			 q->gc[seq_index(q, v->string)].running);
+	}
+	cJSON_ArrayForEach(v, cJSON_GetObjectItem(e, "agents"))
+	{
+		want_u32(where, cJSON_GetObjectItem(e, "agents"), v->string,
+			 q->ga[name_index(&q->agents, v->string)].running);
+	}
+	want_u32(where, stats, "admitted", q->g.stats.admitted);
+	want_u32(where, stats, "fcfs", q->g.stats.fcfs);
+	for (int l = FAIRSHARE_LEVEL_SYSTEM; l < FAIRSHARE_LEVEL_COUNT; l++) {
+		snprintf(key, sizeof(key), "refused_%s", fairshare_level_name(l));
+		want_u32(where, stats, key, q->g.stats.refused[l]);
+	}
+}
+
+static void run_steps(struct seq_case *q, const cJSON *steps);
+
+static void run_step(struct seq_case *q, const cJSON *step)
+{
+	const char *op = str_or(step, "op", "");
+	const cJSON *now = cJSON_GetObjectItem(step, "now_ms");
+	struct fairshare_slot slot;
+
+	if (now)
+		q->now = (uint64_t)now->valuedouble;
+	if (strcmp(op, "install") == 0) {
+		do_install(q, step);
+	} else if (strcmp(op, "admit") == 0) {
+		do_admit(q, step);
+	} else if (strcmp(op, "release") == 0) {
+		slot = slot_of(q, step);
+		want_rc(q, step, fairshare_gate_release(&q->g, &q->sys, &slot));
+	} else if (strcmp(op, "direct_wait") == 0) {
+		want_rc(q, step, fairshare_gate_direct_wait(&q->g));
+	} else if (strcmp(op, "direct_unwait") == 0) {
+		want_rc(q, step, fairshare_gate_direct_unwait(&q->g));
+	} else if (strcmp(op, "set_limits") == 0) {
+		struct fairshare_gate_limits lim = { u32_or(step, "org_limit", 20),
+						     u32_or(step, "per_agent", FAIRSHARE_UNLIMITED),
+						     bool_or(step, "enforced", true) };
+		assert_int_equal(fairshare_gate_set_limits(&q->g, &lim), 0);
+	} else if (strcmp(op, "set_ceiling") == 0) {
+		assert_int_equal(fairshare_gate_set_ceiling(
+					 &q->g, seq_index(q, str_or(step, "campaign", NULL)),
+					 u32_or(step, "ceiling", FAIRSHARE_UNLIMITED)),
+				 0);
+	} else if (strcmp(op, "check") == 0) {
+		do_check(q, step);
+	} else if (strcmp(op, "repeat") == 0) {
+		for (uint32_t i = 0; i < u32_or(step, "times", 1); i++)
+			run_steps(q, cJSON_GetObjectItem(step, "steps"));
+	} else {
+		fail_msg("%s: unknown op %s", q->name, op);
+	}
+}
+
+static void run_steps(struct seq_case *q, const cJSON *steps)
+{
+	const cJSON *step;
+
+	cJSON_ArrayForEach(step, steps)
+	{
+		uint32_t times = strcmp(str_or(step, "op", ""), "repeat") == 0
+					 ? 1
+					 : u32_or(step, "times", 1);
+
+		q->step++;
+		for (uint32_t t = 0; t < times; t++)
+			run_step(q, step);
+	}
+}
+
+static void run_sequence(const cJSON *j)
+{
+	static struct seq_case q;
+
+	seq_setup(j, &q);
+	run_steps(&q, cJSON_GetObjectItem(j, "steps"));
+}
+
+/* ---- cmocka ---- */
+
+static int setup(void **state)
+{
+	cJSON_Hooks hooks = { hook_malloc, hook_free };
+
+	cJSON_InitHooks(&hooks);
+	return 0;
+}
+
+static void for_each(const char *section, void (*run)(const cJSON *), int at_least)
+{
+	cJSON *doc = load();
+	const cJSON *c;
+	int n = 0;
+
+	cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, section))
+	{
+		run(c);
+		n++;
+	}
+	cJSON_Delete(doc);
+	assert_true(n >= at_least);
+}
+
+static void vector_states(void **state)
+{
+	for_each("states", run_state, 12);
+}
+
+static void vector_sequences(void **state)
+{
+	for_each("sequences", run_sequence, 9);
+}
+
+static void vector_refreshes(void **state)
+{
+	for_each("refreshes", run_refresh, 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup(vector_states, setup),
+		cmocka_unit_test_setup(vector_sequences, setup),
+		cmocka_unit_test_setup(vector_refreshes, setup),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
