@@ -1,0 +1,498 @@
+#include "http_client.h"
+
+#include "http_buf.h"
+#include "log.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MAX_RESPONSE_HEADERS 64
+
+struct sock {
+	uv_poll_t poll;
+	curl_socket_t fd;
+	struct http_client *client;
+	struct sock *prev, *next;
+};
+
+struct http_client_call {
+	struct http_client *client;
+	struct http_client_call *prev, *next;
+	CURL *easy;
+	struct curl_slist *headers;
+	char *body; /* owned copy of the request body */
+	http_client_done_cb cb;
+	void *data;
+	struct http_buf resp_body;
+	struct http_buf resp_headers; /* raw header lines of the last response */
+	uint64_t started;
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+struct http_client {
+	uv_loop_t *loop;
+	CURLM *multi;
+	uv_timer_t timer;
+	struct http_client_config cfg;
+	struct http_client_call *calls;
+	struct sock *socks;
+	unsigned pending;
+	int handles; /* open uv handles: the timer and every poll */
+	int busy;    /* depth of curl calls in progress */
+	bool closing, finalized;
+	http_client_close_cb close_cb;
+	void *close_data;
+};
+
+static void finalize(struct http_client *c);
+
+void http_client_config_defaults(struct http_client_config *c)
+{
+	c->max_host_connections = 0;
+	c->max_cached_connections = 64;
+	c->timeout_ms = 10000;
+	c->connect_timeout_ms = 2000;
+}
+
+const char *http_client_class_name(enum http_client_class cls)
+{
+	static const char *const names[] = { "ok",    "connect_timeout", "read_timeout",
+					     "reset", "connect_failed",	 "cancelled",
+					     "error" };
+
+	return (unsigned)cls < sizeof(names) / sizeof(names[0]) ? names[cls] : "?";
+}
+
+/* ---- handles ---- */
+
+static void handle_closed(struct http_client *c)
+{
+	if (--c->handles > 0)
+		return;
+	if (c->close_cb)
+		c->close_cb(c, c->close_data);
+	free(c);
+}
+
+static void on_sock_closed(uv_handle_t *h)
+{
+	struct sock *k = h->data;
+	struct http_client *c = k->client;
+
+	free(k);
+	handle_closed(c);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+	handle_closed(h->data);
+}
+
+static void sock_close(struct sock *k)
+{
+	struct http_client *c = k->client;
+
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		c->socks = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	uv_poll_stop(&k->poll);
+	uv_close((uv_handle_t *)&k->poll, on_sock_closed);
+}
+
+/* ---- completion ---- */
+
+static enum http_client_class classify(CURL *e, CURLcode rc)
+{
+	curl_off_t connect_us = 0;
+
+	switch (rc) {
+	case CURLE_OK:
+		return HTTP_CLIENT_OK;
+	case CURLE_OPERATION_TIMEDOUT:
+		curl_easy_getinfo(e, CURLINFO_CONNECT_TIME_T, &connect_us);
+		return connect_us > 0 ? HTTP_CLIENT_READ_TIMEOUT : HTTP_CLIENT_CONNECT_TIMEOUT;
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_COULDNT_RESOLVE_HOST:
+	case CURLE_COULDNT_RESOLVE_PROXY:
+		return HTTP_CLIENT_CONNECT_FAILED;
+	case CURLE_RECV_ERROR:
+	case CURLE_SEND_ERROR:
+	case CURLE_GOT_NOTHING:
+	case CURLE_PARTIAL_FILE:
+		return HTTP_CLIENT_RESET;
+	default:
+		return HTTP_CLIENT_ERROR;
+	}
+}
+
+/* Splits the raw header lines into names and values, in place. */
+static unsigned split_headers(struct http_buf *raw, const char **names, const char **values)
+{
+	unsigned n = 0;
+	char *p = raw->data;
+
+	while (p && *p && n < MAX_RESPONSE_HEADERS) {
+		char *eol = strstr(p, "\r\n");
+		char *colon = strchr(p, ':');
+		if (!eol)
+			break;
+		*eol = '\0';
+		if (colon && colon < eol) {
+			*colon = '\0';
+			char *v = colon + 1;
+			while (*v == ' ' || *v == '\t')
+				v++;
+			for (char *t = eol - 1; t >= v && (*t == ' ' || *t == '\t'); t--)
+				*t = '\0';
+			names[n] = p;
+			values[n++] = v;
+		}
+		p = eol + 2;
+	}
+	return n;
+}
+
+static void call_free(struct http_client_call *call)
+{
+	curl_easy_cleanup(call->easy);
+	curl_slist_free_all(call->headers);
+	free(call->body);
+	http_buf_free(&call->resp_body);
+	http_buf_free(&call->resp_headers);
+	free(call);
+}
+
+/* Unlinks the call (already removed from the multi), runs its callback once, frees it. */
+static void call_finish(struct http_client_call *call, enum http_client_class cls)
+{
+	struct http_client *c = call->client;
+	const char *names[MAX_RESPONSE_HEADERS], *values[MAX_RESPONSE_HEADERS];
+	struct http_client_response r = { .cls = cls, .error = "" };
+	long status = 0;
+
+	if (call->prev)
+		call->prev->next = call->next;
+	else
+		c->calls = call->next;
+	if (call->next)
+		call->next->prev = call->prev;
+	c->pending--;
+	if (cls == HTTP_CLIENT_OK) {
+		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
+		r.status = (int)status;
+		r.nheaders = split_headers(&call->resp_headers, names, values);
+	} else {
+		r.error = cls == HTTP_CLIENT_CANCELLED ? "cancelled" : call->errbuf;
+	}
+	curl_easy_getinfo(call->easy, CURLINFO_NUM_CONNECTS, &r.new_connections);
+	r.header_names = names;
+	r.header_values = values;
+	r.body = call->resp_body.data ? call->resp_body.data : "";
+	r.body_len = call->resp_body.len;
+	r.total_ms = uv_now(c->loop) - call->started;
+	call->cb(&r, call->data);
+	call_free(call);
+}
+
+static void check_done(struct http_client *c)
+{
+	CURLMsg *m;
+	int left;
+
+	while (!c->finalized && (m = curl_multi_info_read(c->multi, &left))) {
+		struct http_client_call *call = NULL;
+		if (m->msg != CURLMSG_DONE)
+			continue;
+		CURL *e = m->easy_handle;
+		CURLcode rc = m->data.result;
+		curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&call);
+		curl_multi_remove_handle(c->multi, e);
+		call_finish(call, classify(e, rc));
+	}
+}
+
+/* Runs after every entry from libuv: finishes a close requested from a callback. */
+static void after_action(struct http_client *c)
+{
+	check_done(c);
+	if (c->closing && !c->finalized && c->busy == 0)
+		finalize(c);
+}
+
+/* ---- libuv → curl ---- */
+
+static void on_poll(uv_poll_t *h, int status, int events)
+{
+	struct sock *k = h->data;
+	struct http_client *c = k->client;
+	int flags = 0, running;
+
+	if (status < 0)
+		flags = CURL_CSELECT_ERR;
+	if (events & UV_READABLE)
+		flags |= CURL_CSELECT_IN;
+	if (events & UV_WRITABLE)
+		flags |= CURL_CSELECT_OUT;
+	c->busy++;
+	curl_multi_socket_action(c->multi, k->fd, flags, &running);
+	c->busy--;
+	after_action(c);
+}
+
+static void on_timeout(uv_timer_t *t)
+{
+	struct http_client *c = t->data;
+	int running;
+
+	if (c->finalized)
+		return;
+	c->busy++;
+	curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	c->busy--;
+	after_action(c);
+}
+
+/* ---- curl → libuv ---- */
+
+static int on_curl_socket(CURL *e, curl_socket_t s, int what, void *userp, void *socketp)
+{
+	struct http_client *c = userp;
+	struct sock *k = socketp;
+
+	(void)e;
+	if (what == CURL_POLL_REMOVE) {
+		if (k) {
+			curl_multi_assign(c->multi, s, NULL);
+			sock_close(k);
+		}
+		return 0;
+	}
+	if (!k) {
+		if (!(k = calloc(1, sizeof(*k))))
+			return -1;
+		if (uv_poll_init_socket(c->loop, &k->poll, s)) {
+			free(k);
+			return -1;
+		}
+		k->fd = s;
+		k->client = c;
+		k->poll.data = k;
+		k->next = c->socks;
+		if (c->socks)
+			c->socks->prev = k;
+		c->socks = k;
+		c->handles++;
+		curl_multi_assign(c->multi, s, k);
+	}
+	int ev = (what & CURL_POLL_IN ? UV_READABLE : 0) | (what & CURL_POLL_OUT ? UV_WRITABLE : 0);
+	uv_poll_start(&k->poll, ev, on_poll);
+	return 0;
+}
+
+static int on_curl_timer(CURLM *m, long timeout_ms, void *userp)
+{
+	struct http_client *c = userp;
+
+	(void)m;
+	if (timeout_ms < 0)
+		uv_timer_stop(&c->timer);
+	else
+		uv_timer_start(&c->timer, on_timeout, (uint64_t)timeout_ms, 0);
+	return 0;
+}
+
+/* ---- requests ---- */
+
+static size_t on_body(char *p, size_t size, size_t n, void *data)
+{
+	struct http_client_call *call = data;
+
+	return http_buf_append(&call->resp_body, p, size * n) ? 0 : size * n;
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *data)
+{
+	struct http_client_call *call = data;
+	size_t len = size * n;
+
+	if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) {
+		http_buf_free(&call->resp_headers); /* a new response (after 100 Continue) */
+		return len;
+	}
+	return http_buf_append(&call->resp_headers, p, len) ? 0 : len;
+}
+
+static int call_headers(struct http_client_call *call, const struct http_client_request *req)
+{
+	struct curl_slist *l;
+
+	for (size_t i = 0; i < req->nheaders; i++) {
+		if (!(l = curl_slist_append(call->headers, req->headers[i])))
+			return -ENOMEM;
+		call->headers = l;
+	}
+	if (!(l = curl_slist_append(call->headers, "Expect:")))
+		return -ENOMEM;
+	call->headers = l;
+	return 0;
+}
+
+static int call_setup(struct http_client *c, struct http_client_call *call,
+		      const struct http_client_request *req)
+{
+	CURL *e = call->easy;
+	uint64_t t = req->timeout_ms ? req->timeout_ms : c->cfg.timeout_ms;
+	uint64_t ct = req->connect_timeout_ms ? req->connect_timeout_ms : c->cfg.connect_timeout_ms;
+
+	if (call_headers(call, req))
+		return -ENOMEM;
+	if (req->body_len) {
+		if (!(call->body = malloc(req->body_len)))
+			return -ENOMEM;
+		memcpy(call->body, req->body, req->body_len);
+	}
+	curl_easy_setopt(e, CURLOPT_PRIVATE, call);
+	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)t);
+	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)ct);
+	curl_easy_setopt(e, CURLOPT_HTTPHEADER, call->headers);
+	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e, CURLOPT_WRITEDATA, call);
+	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+	curl_easy_setopt(e, CURLOPT_HEADERDATA, call);
+	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, call->errbuf);
+	if (req->body || (req->method && strcmp(req->method, "POST") == 0)) {
+		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+		curl_easy_setopt(e, CURLOPT_POSTFIELDS, call->body ? call->body : "");
+	}
+	if (req->method && strcmp(req->method, "GET") != 0 && strcmp(req->method, "POST") != 0)
+		curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, req->method);
+	if (curl_easy_setopt(e, CURLOPT_URL, req->url) != CURLE_OK)
+		return -EINVAL;
+	return 0;
+}
+
+int http_client_send(struct http_client *c, const struct http_client_request *req,
+		     http_client_done_cb cb, void *data, struct http_client_call **out)
+{
+	struct http_client_call *call;
+	int err;
+
+	if (!c || !req || !req->url || !cb)
+		return -EINVAL;
+	if (c->closing)
+		return -ECANCELED;
+	if (!(call = calloc(1, sizeof(*call))))
+		return -ENOMEM;
+	call->client = c;
+	call->cb = cb;
+	call->data = data;
+	call->started = uv_now(c->loop);
+	if (!(call->easy = curl_easy_init()))
+		err = -ENOMEM;
+	else
+		err = call_setup(c, call, req);
+	if (!err && curl_multi_add_handle(c->multi, call->easy) != CURLM_OK)
+		err = -ENOMEM;
+	if (err) {
+		call_free(call);
+		return err;
+	}
+	call->next = c->calls;
+	if (c->calls)
+		c->calls->prev = call;
+	c->calls = call;
+	c->pending++;
+	if (out)
+		*out = call;
+	return 0;
+}
+
+void http_client_cancel(struct http_client_call *call)
+{
+	struct http_client *c = call->client;
+
+	c->busy++;
+	curl_multi_remove_handle(c->multi, call->easy);
+	c->busy--;
+	call_finish(call, HTTP_CLIENT_CANCELLED);
+}
+
+const char *http_client_response_header(const struct http_client_response *r, const char *name)
+{
+	for (unsigned i = 0; i < r->nheaders; i++)
+		if (strcasecmp(r->header_names[i], name) == 0)
+			return r->header_values[i];
+	return NULL;
+}
+
+unsigned http_client_pending(const struct http_client *c)
+{
+	return c->pending;
+}
+
+/* ---- lifetime ---- */
+
+int http_client_new(uv_loop_t *loop, const struct http_client_config *cfg, struct http_client **out)
+{
+	struct http_client *c;
+
+	if (!loop || !out)
+		return -EINVAL;
+	if (!(c = calloc(1, sizeof(*c))))
+		return -ENOMEM;
+	if (cfg)
+		c->cfg = *cfg;
+	else
+		http_client_config_defaults(&c->cfg);
+	if (!(c->multi = curl_multi_init())) {
+		free(c);
+		return -ENOMEM;
+	}
+	c->loop = loop;
+	uv_timer_init(loop, &c->timer);
+	c->timer.data = c;
+	c->handles = 1;
+	curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
+	curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
+	curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+	curl_multi_setopt(c->multi, CURLMOPT_TIMERDATA, c);
+	curl_multi_setopt(c->multi, CURLMOPT_MAX_HOST_CONNECTIONS, c->cfg.max_host_connections);
+	curl_multi_setopt(c->multi, CURLMOPT_MAXCONNECTS, c->cfg.max_cached_connections);
+	*out = c;
+	return 0;
+}
+
+static void finalize(struct http_client *c)
+{
+	c->finalized = true;
+	c->busy++;
+	curl_multi_cleanup(c->multi); /* closes cached connections: their polls go */
+	c->busy--;
+	c->multi = NULL;
+	while (c->socks)
+		sock_close(c->socks);
+	uv_timer_stop(&c->timer);
+	uv_close((uv_handle_t *)&c->timer, on_timer_closed);
+}
+
+void http_client_close(struct http_client *c, http_client_close_cb cb, void *data)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	c->close_cb = cb;
+	c->close_data = data;
+	while (c->calls)
+		http_client_cancel(c->calls);
+	if (c->busy == 0)
+		finalize(c);
+}
