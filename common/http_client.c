@@ -111,13 +111,18 @@ static void sock_close(struct sock *k)
 static enum http_client_class classify(CURL *e, CURLcode rc)
 {
 	curl_off_t connect_us = 0;
+	long sent = 0;
 
 	switch (rc) {
 	case CURLE_OK:
 		return HTTP_CLIENT_OK;
 	case CURLE_OPERATION_TIMEDOUT:
+		/* Connected (a reused connection reports no connect time) or the request went
+		 * out: the answer is what timed out. */
 		curl_easy_getinfo(e, CURLINFO_CONNECT_TIME_T, &connect_us);
-		return connect_us > 0 ? HTTP_CLIENT_READ_TIMEOUT : HTTP_CLIENT_CONNECT_TIMEOUT;
+		curl_easy_getinfo(e, CURLINFO_REQUEST_SIZE, &sent);
+		return connect_us > 0 || sent > 0 ? HTTP_CLIENT_READ_TIMEOUT
+						  : HTTP_CLIENT_CONNECT_TIMEOUT;
 	case CURLE_COULDNT_CONNECT:
 	case CURLE_COULDNT_RESOLVE_HOST:
 	case CURLE_COULDNT_RESOLVE_PROXY:
