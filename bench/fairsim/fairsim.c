@@ -33,9 +33,13 @@ struct options {
 static struct sim_campaign_spec campaign(const char *id, uint32_t ceiling, uint32_t agent,
 					 uint64_t join_s, int64_t created_s)
 {
-	return (struct sim_campaign_spec){ .id = id, .ceiling = ceiling, .agent = agent,
-					   .join_ms = join_s * S, .created_ms = created_s * 1000,
-					   .pause_ms = SIM_NEVER, .resume_ms = SIM_NEVER,
+	return (struct sim_campaign_spec){ .id = id,
+					   .ceiling = ceiling,
+					   .agent = agent,
+					   .join_ms = join_s * S,
+					   .created_ms = created_s * 1000,
+					   .pause_ms = SIM_NEVER,
+					   .resume_ms = SIM_NEVER,
 					   .backlog = 100000 };
 }
 
@@ -46,12 +50,21 @@ static void default_spec(struct sim_spec *sp, const struct options *opt)
 {
 	struct sim_org_spec *a = &sp->org[0], *b = &sp->org[1];
 
-	*sp = (struct sim_spec){ .seed = opt->seed, .duration_ms = (uint64_t)(opt->hours * 3600 * S),
-				 .mean_call_s = 90, .sigma = 1.0, .max_call_ms = 3600 * S,
-				 .refresh_ms = S, .window_ms = 900 * S, .sample_ms = 10 * S,
-				 .system_limit = 1000, .n_orgs = 2 };
-	*a = (struct sim_org_spec){ .id = "acme", .org_limit = 20,
-				    .per_agent = FAIRSHARE_UNLIMITED, .n_agents = 3, .n = 6 };
+	*sp = (struct sim_spec){ .seed = opt->seed,
+				 .duration_ms = (uint64_t)(opt->hours * 3600 * S),
+				 .mean_call_s = 90,
+				 .sigma = 1.0,
+				 .max_call_ms = 3600 * S,
+				 .refresh_ms = S,
+				 .window_ms = 900 * S,
+				 .sample_ms = 10 * S,
+				 .system_limit = 1000,
+				 .n_orgs = 2 };
+	*a = (struct sim_org_spec){ .id = "acme",
+				    .org_limit = 20,
+				    .per_agent = FAIRSHARE_UNLIMITED,
+				    .n_agents = 3,
+				    .n = 6 };
 	a->c[0] = campaign("a1-oldest", FAIRSHARE_UNLIMITED, 0, 0, -3000);
 	a->c[1] = campaign("a2-max2", 2, 1, 0, -2400);
 	a->c[2] = campaign("a3-late", FAIRSHARE_UNLIMITED, 2, 3600, 3600);
@@ -60,8 +73,9 @@ static void default_spec(struct sim_spec *sp, const struct options *opt)
 	a->c[3].resume_ms = 7200 * S;
 	a->c[4] = campaign("a5", FAIRSHARE_UNLIMITED, 1, 0, -1200);
 	a->c[5] = campaign("a6", FAIRSHARE_UNLIMITED, 2, 0, -600);
-	*b = (struct sim_org_spec){ .id = "beta", .org_limit = 8, .per_agent = 4, .n_agents = 2,
-				    .n = 3 };
+	*b = (struct sim_org_spec){
+		.id = "beta", .org_limit = 8, .per_agent = 4, .n_agents = 2, .n = 3
+	};
 	b->c[0] = campaign("b1-agent1", FAIRSHARE_UNLIMITED, 0, 0, -2000);
 	b->c[1] = campaign("b2-agent1", FAIRSHARE_UNLIMITED, 0, 0, -1000);
 	b->c[2] = campaign("b3-agent2", FAIRSHARE_UNLIMITED, 1, 0, -500);
@@ -133,8 +147,8 @@ static double *minute_means(const struct sim_spec *sp, const struct sim_result *
 
 /* One panel per (org, mode): a line per campaign, markers at joins, pauses and resumes, the y
  * axis scaled to the data (at most org_limit) so that close lines stay apart. */
-static void panel(struct svg_panel *p, const struct sim_org_spec *o, const double *pts,
-		  uint32_t oi, size_t n, const char *title, char (*labels)[48])
+static void panel(struct svg_panel *p, const struct sim_org_spec *o, const double *pts, uint32_t oi,
+		  size_t n, const char *title, char (*labels)[48])
 {
 	double top = 0;
 
@@ -151,7 +165,8 @@ static void panel(struct svg_panel *p, const struct sim_org_spec *o, const doubl
 			if (at[k] == 0 || at[k] == SIM_NEVER)
 				continue;
 			snprintf(labels[p->n_markers], 48, "%s %s", cs->id, what[k]);
-			p->m[p->n_markers] = (struct svg_marker){ at[k] / 3.6e6, labels[p->n_markers] };
+			p->m[p->n_markers] =
+				(struct svg_marker){ at[k] / 3.6e6, labels[p->n_markers] };
 			p->n_markers++;
 		}
 	}
@@ -168,14 +183,19 @@ static double jain_all(const struct sim_spec *sp, const struct sim_result *r)
 	return m;
 }
 
-static int chart(const struct options *opt, const struct sim_spec *sp,
-		 const struct sim_result *res, char *path, size_t size)
+static int chart(const struct options *opt, const struct sim_spec *sp, const struct sim_result *res,
+		 char *path, size_t size)
 {
 	size_t n;
-	double *fair = minute_means(sp, &res[SIM_FAIR], &n), *fifo = minute_means(sp, &res[SIM_FIFO], &n);
+	double *fair = minute_means(sp, &res[SIM_FAIR], &n),
+	       *fifo = minute_means(sp, &res[SIM_FIFO], &n);
 	struct svg_chart c = { .title = "fairsim: running calls per campaign (60-s means)",
-			       .x_label = "simulated time (hours)", .y_label = "running calls",
-			       .x_step = 1.0 / 60, .x_tick = 0.5, .n_points = n, .n_panels = 4 };
+			       .x_label = "simulated time (hours)",
+			       .y_label = "running calls",
+			       .x_step = 1.0 / 60,
+			       .x_tick = 0.5,
+			       .n_points = n,
+			       .n_panels = 4 };
 	char sub[256], labels[4][SVG_MAX_MARKERS][48];
 	FILE *f = open_out(opt->out, "fairsim.svg", path, size);
 	int rc = -ENOMEM;
@@ -220,21 +240,12 @@ static void late_line(const char *what, uint64_t ms_fair, uint64_t ms_fifo, doub
 	printf("%-44s %-16s %s\n", what, a, b);
 }
 
-static void report(const struct options *opt, const struct sim_spec *sp,
-		   const struct sim_result *r)
+static void report_jain(const struct sim_spec *sp, const struct sim_result *r)
 {
-	const struct sim_org_result *fa = &r[SIM_FAIR].org[0], *fi = &r[SIM_FIFO].org[0];
-	char what[96];
+	char what[96], a[32], b[32];
 
-	printf("fairsim: seed %llu, %.1f simulated hours, call durations lognormal (mean %.0f s, "
-	       "sigma %.1f, cap %llu s), refresh %llu ms, Jain windows %llu s\n",
-	       (unsigned long long)opt->seed, opt->hours, sp->mean_call_s, sp->sigma,
-	       (unsigned long long)(sp->max_call_ms / S), (unsigned long long)sp->refresh_ms,
-	       (unsigned long long)(sp->window_ms / S));
-	printf("%-44s %-16s %s\n", "", "fair share", "FIFO baseline");
 	for (uint32_t o = 0; o < sp->n_orgs; o++) {
 		const struct sim_org_result *x = &r[SIM_FAIR].org[o], *y = &r[SIM_FIFO].org[o];
-		char a[32], b[32];
 
 		snprintf(what, sizeof(what), "%s: Jain min / mean over %u windows", sp->org[o].id,
 			 x->windows);
@@ -244,19 +255,29 @@ static void report(const struct options *opt, const struct sim_spec *sp,
 	}
 	printf("%-44s %-16.4f %.4f\n", "Jain min, all orgs and windows", jain_all(sp, &r[SIM_FAIR]),
 	       jain_all(sp, &r[SIM_FIFO]));
-	if (fa->late >= 0) {
-		snprintf(what, sizeof(what), "%s: time to 90 %% of its floor",
-			 sp->org[0].c[fa->late].id);
-		late_line(what, fa->late_t90_ms, fi->late_t90_ms, fi->late_line_s);
-		snprintf(what, sizeof(what), "%s: time to 100 %% of its floor",
-			 sp->org[0].c[fa->late].id);
-		late_line(what, fa->late_t100_ms, fi->late_t100_ms, fi->late_line_s);
-		printf("%-44s %.1f s\n", "  P3 bound: longest running call at join + 1 s",
-		       fa->late_bound_ms / 1000.0);
-	}
-	for (uint32_t o = 0; o < sp->n_orgs; o++) {
-		char a[32];
+}
 
+static void report_late(const struct sim_spec *sp, const struct sim_result *r)
+{
+	const struct sim_org_result *fa = &r[SIM_FAIR].org[0], *fi = &r[SIM_FIFO].org[0];
+	char what[96];
+
+	if (fa->late < 0)
+		return;
+	snprintf(what, sizeof(what), "%s: time to 90 %% of its floor", sp->org[0].c[fa->late].id);
+	late_line(what, fa->late_t90_ms, fi->late_t90_ms, fi->late_line_s);
+	snprintf(what, sizeof(what), "%s: time to 100 %% of its floor", sp->org[0].c[fa->late].id);
+	late_line(what, fa->late_t100_ms, fi->late_t100_ms, fi->late_line_s);
+	printf("%-44s %.1f s\n", "  P3 bound: longest running call at join + 1 s",
+	       fa->late_bound_ms / 1000.0);
+}
+
+static void report_lines(const struct sim_spec *sp, const struct sim_result *r)
+{
+	const struct sim_org_result *fa = &r[SIM_FAIR].org[0], *fi = &r[SIM_FIFO].org[0];
+	char what[96], a[32];
+
+	for (uint32_t o = 0; o < sp->n_orgs; o++) {
 		snprintf(what, sizeof(what), "%s: line utilisation", sp->org[o].id);
 		snprintf(a, sizeof(a), "%.3f %%", 100 * r[SIM_FAIR].org[o].utilisation);
 		printf("%-44s %-16s %.3f %%\n", what, a, 100 * r[SIM_FIFO].org[o].utilisation);
@@ -271,6 +292,19 @@ static void report(const struct options *opt, const struct sim_spec *sp,
 	       (unsigned long long)fa->refused[FAIRSHARE_LEVEL_AGENT],
 	       (unsigned long long)fa->refused[FAIRSHARE_LEVEL_CAMPAIGN],
 	       (unsigned long long)fa->refused[FAIRSHARE_LEVEL_FAIR_SHARE]);
+}
+
+static void report(const struct options *opt, const struct sim_spec *sp, const struct sim_result *r)
+{
+	printf("fairsim: seed %llu, %.1f simulated hours, call durations lognormal (mean %.0f s, "
+	       "sigma %.1f, cap %llu s), refresh %llu ms, Jain windows %llu s\n",
+	       (unsigned long long)opt->seed, opt->hours, sp->mean_call_s, sp->sigma,
+	       (unsigned long long)(sp->max_call_ms / S), (unsigned long long)sp->refresh_ms,
+	       (unsigned long long)(sp->window_ms / S));
+	printf("%-44s %-16s %s\n", "", "fair share", "FIFO baseline");
+	report_jain(sp, r);
+	report_late(sp, r);
+	report_lines(sp, r);
 }
 
 int main(int argc, char **argv)
@@ -291,7 +325,8 @@ int main(int argc, char **argv)
 	csv = rc ? NULL : open_out(opt.out, "fairsim.csv", csv_path, sizeof(csv_path));
 	win = rc ? NULL : open_out(opt.out, "fairsim_windows.csv", win_path, sizeof(win_path));
 	if (!csv || !win) {
-		fprintf(stderr, "fairsim: cannot write to %s: %s\n", opt.out, strerror(rc ? -rc : errno));
+		fprintf(stderr, "fairsim: cannot write to %s: %s\n", opt.out,
+			strerror(rc ? -rc : errno));
 		return 1;
 	}
 	sim_csv_header(csv, win);

@@ -255,16 +255,23 @@ static int refresh_org(struct sim *s, uint32_t oi)
 	struct fairshare_campaign in[MAX_C];
 	struct fairshare_result out[MAX_C];
 	uint32_t ar[SIM_MAX_AGENTS] = { 0 }, floors[MAX_C];
-	struct fairshare_org org = { s->spec->system_limit, s->sys.running, sp->org_limit,
-				     sp->per_agent, true, o->version ? s->now - o->last_refresh : 0,
-				     ar, sp->n_agents };
+	struct fairshare_org org = { s->spec->system_limit,
+				     s->sys.running,
+				     sp->org_limit,
+				     sp->per_agent,
+				     true,
+				     o->version ? s->now - o->last_refresh : 0,
+				     ar,
+				     sp->n_agents };
 	int rc;
 
 	for (uint32_t c = 0; c < sp->n; c++) {
 		ar[sp->c[c].agent] += o->running[c];
 		in[c] = (struct fairshare_campaign){
-			.id = sp->c[c].id, .running = o->running[c],
-			.due = o->joined[c] ? o->backlog[c] : 0, .ceiling = sp->c[c].ceiling,
+			.id = sp->c[c].id,
+			.running = o->running[c],
+			.due = o->joined[c] ? o->backlog[c] : 0,
+			.ceiling = sp->c[c].ceiling,
 			.agent = sp->c[c].agent,
 			.state = o->paused[c] ? FAIRSHARE_PAUSED : FAIRSHARE_RUNNING,
 			.carry = o->carry[c],
@@ -327,12 +334,14 @@ static int fill(struct sim *s, uint32_t oi)
 		while (!rc && drr_next(&o->d, ready_cb, &p, &c) == 0)
 			rc = start_call(s, oi, c);
 	} else {
-		while (!rc && o->org_running < o->spec->org_limit && s->sys.running < s->sys.limit) {
+		while (!rc && o->org_running < o->spec->org_limit &&
+		       s->sys.running < s->sys.limit) {
 			int best = -1;
 
 			for (uint32_t k = 0; k < o->spec->n; k++)
-				if (dialable(o, k) && (best < 0 || o->spec->c[k].created_ms <
-									   o->spec->c[best].created_ms))
+				if (dialable(o, k) &&
+				    (best < 0 ||
+				     o->spec->c[k].created_ms < o->spec->c[best].created_ms))
 					best = (int)k;
 			if (best < 0)
 				break;
@@ -397,7 +406,8 @@ static int state_change(struct sim *s, uint32_t oi, uint32_t c, enum ev_kind kin
 			drr_add(&o->d, c);
 		if (kind == EV_JOIN && (int)c == s->res->org[oi].late) {
 			o->join_t = s->now;
-			s->res->org[oi].late_bound_ms = longest_remaining(s, oi) + s->spec->refresh_ms;
+			s->res->org[oi].late_bound_ms =
+				longest_remaining(s, oi) + s->spec->refresh_ms;
 		}
 	}
 	rc = refresh_org(s, oi);

@@ -19,8 +19,9 @@
 #define SIM_NEVER	  UINT64_MAX
 
 enum sim_mode {
-	SIM_FAIR = 0, /* fairshare_gate + drr, refresher every refresh_ms and on active-set change */
-	SIM_FIFO,     /* oldest contact first, org limit only */
+	SIM_FAIR =
+		0, /* fairshare_gate + drr, refresher every refresh_ms and on active-set change */
+	SIM_FIFO,  /* oldest contact first, org limit only */
 };
 
 struct sim_campaign_spec {
@@ -58,7 +59,7 @@ struct sim_spec {
 };
 
 struct sim_org_result {
-	double jain_min;	/* over windows with >= 2 backlogged campaigns */
+	double jain_min; /* over windows with >= 2 backlogged campaigns */
 	double jain_mean;
 	uint32_t windows;
 	double utilisation;	/* busy line-seconds / (org_limit * duration) */

@@ -4,12 +4,12 @@
 #include <errno.h>
 #include <math.h>
 
-#define WIDTH	 1100.0
-#define LEFT	 70.0
-#define RIGHT	 190.0 /* legend column */
-#define PANEL_H	 210.0
+#define WIDTH	  1100.0
+#define LEFT	  70.0
+#define RIGHT	  190.0 /* legend column */
+#define PANEL_H	  210.0
 #define PANEL_GAP 70.0
-#define TOP	 80.0
+#define TOP	  80.0
 
 static const char *const palette[] = { "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
 				       "#9467bd", "#8c564b", "#e377c2", "#17becf" };
@@ -64,8 +64,7 @@ static void axes(FILE *f, const struct svg_chart *c, const struct svg_panel *p, 
 	}
 	fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" class=\"frame\"/>\n",
 		LEFT, top, plot_w, PANEL_H);
-	fprintf(f,
-		"<text x=\"%.1f\" y=\"%.1f\" class=\"al\" transform=\"rotate(-90 %.1f %.1f)\">",
+	fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"al\" transform=\"rotate(-90 %.1f %.1f)\">",
 		LEFT - 42, top + PANEL_H / 2, LEFT - 42, top + PANEL_H / 2);
 	text(f, c->y_label);
 	fputs("</text>\n", f);
@@ -143,8 +142,8 @@ int svg_write(FILE *f, const struct svg_chart *c)
 		axes(f, c, &c->p[i], top);
 		markers(f, c, &c->p[i], top);
 		series(f, c, &c->p[i], top);
-		fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"al\">", LEFT + (WIDTH - LEFT - RIGHT) / 2,
-			top + PANEL_H + 36);
+		fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" class=\"al\">",
+			LEFT + (WIDTH - LEFT - RIGHT) / 2, top + PANEL_H + 36);
 		text(f, c->x_label);
 		fputs("</text>\n", f);
 	}

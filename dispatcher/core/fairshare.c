@@ -21,7 +21,7 @@ struct member {
 /* One unit of the pool water-filling: a single campaign, or a block of a saturated agent group
  * whose members all sit at the group's level num/den. */
 struct item {
-	int64_t num;	 /* value = num / den */
+	int64_t num; /* value = num / den */
 	int64_t den;
 	int64_t total;	 /* value * weight, an integer */
 	uint32_t weight; /* campaigns in the item */
@@ -62,8 +62,8 @@ struct ctx {
 	struct item *items;
 	struct frac *fluid;
 	struct cand *cands;
-	int64_t *acc;	     /* accumulated deficit per input */
-	int64_t *agent_room; /* per agent: cap minus the group's floors */
+	int64_t *acc;	      /* accumulated deficit per input */
+	int64_t *agent_room;  /* per agent: cap minus the group's floors */
 	int64_t *agent_short; /* per agent: sum of its batch campaigns' shortfall */
 	uint32_t n_members;
 	uint32_t n_items;
@@ -233,16 +233,26 @@ static void push_single(struct ctx *x, uint32_t idx, uint32_t need)
 {
 	struct item *it = &x->items[x->n_items++];
 
-	*it = (struct item){ .num = need, .den = 1, .total = need, .weight = 1, .ref = idx,
-			     .key = idx, .block = false };
+	*it = (struct item){ .num = need,
+			     .den = 1,
+			     .total = need,
+			     .weight = 1,
+			     .ref = idx,
+			     .key = idx,
+			     .block = false };
 }
 
 static void push_block(struct ctx *x, uint32_t pos, int64_t rem, uint32_t cnt)
 {
 	struct item *it = &x->items[x->n_items++];
 
-	*it = (struct item){ .num = rem, .den = cnt, .total = rem, .weight = cnt, .ref = pos,
-			     .key = x->n + pos, .block = true };
+	*it = (struct item){ .num = rem,
+			     .den = cnt,
+			     .total = rem,
+			     .weight = cnt,
+			     .ref = pos,
+			     .key = x->n + pos,
+			     .block = true };
 }
 
 /* Water-fills the agent cap over members[s, e) (one agent, sorted by need), whose needs sum
@@ -272,8 +282,8 @@ static void build_items(struct ctx *x)
 		if (!x->out[i].active)
 			continue;
 		if (gated(x, &x->in[i]))
-			x->members[x->n_members++] = (struct member){ x->in[i].agent,
-								      x->out[i].need, i };
+			x->members[x->n_members++] =
+				(struct member){ x->in[i].agent, x->out[i].need, i };
 		else
 			push_single(x, i, x->out[i].need);
 	}
@@ -506,8 +516,8 @@ static void capacity(const struct ctx *x, const struct totals *t, uint32_t i)
 		o->available_now = 0;
 		if (o->effective_limit > c->running)
 			o->effective_limit = c->running;
-		o->limited_by = c->state == FAIRSHARE_PAUSED ? FAIRSHARE_BY_PAUSED
-							     : FAIRSHARE_BY_STOPPED;
+		o->limited_by =
+			c->state == FAIRSHARE_PAUSED ? FAIRSHARE_BY_PAUSED : FAIRSHARE_BY_STOPPED;
 		o->limited_by_value = 0;
 	}
 }
@@ -585,7 +595,8 @@ int fairshare_limited_by_format(enum fairshare_limit by, uint32_t value, char *b
 		return -EINVAL;
 	switch (by) {
 	case FAIRSHARE_BY_SYSTEM:
-		return snprintf(buf, size, "the system limit of %" PRIu32 " %s", value, lines(value));
+		return snprintf(buf, size, "the system limit of %" PRIu32 " %s", value,
+				lines(value));
 	case FAIRSHARE_BY_ORG:
 		return snprintf(buf, size, "the organisation limit of %" PRIu32 " %s", value,
 				lines(value));
@@ -598,7 +609,8 @@ int fairshare_limited_by_format(enum fairshare_limit by, uint32_t value, char *b
 		return snprintf(buf, size, "the per-agent limit of %" PRIu32 " %s", value,
 				lines(value));
 	case FAIRSHARE_BY_CEILING:
-		return snprintf(buf, size, "the campaign's max_concurrent_calls of %" PRIu32, value);
+		return snprintf(buf, size, "the campaign's max_concurrent_calls of %" PRIu32,
+				value);
 	case FAIRSHARE_BY_ENFORCEMENT_OFF:
 		return snprintf(buf, size, "concurrency management is off for this organisation");
 	case FAIRSHARE_BY_PAUSED:

@@ -65,11 +65,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FAIRSHARE_UNLIMITED	UINT32_MAX	     /* no ceiling; per_agent unset */
-#define FAIRSHARE_NO_AGENT	UINT32_MAX	     /* a campaign without an agent index */
-#define FAIRSHARE_COUNT_MAX	(1u << 30)	     /* largest accepted count or limit */
-#define FAIRSHARE_CAMPAIGNS_MAX (1u << 20)	     /* largest accepted number of inputs */
-#define FAIRSHARE_DEFICIT_MAX	(3600000000LL)	     /* |deficit| cap: 3600 line-seconds, in µs */
+#define FAIRSHARE_UNLIMITED	UINT32_MAX     /* no ceiling; per_agent unset */
+#define FAIRSHARE_NO_AGENT	UINT32_MAX     /* a campaign without an agent index */
+#define FAIRSHARE_COUNT_MAX	(1u << 30)     /* largest accepted count or limit */
+#define FAIRSHARE_CAMPAIGNS_MAX (1u << 20)     /* largest accepted number of inputs */
+#define FAIRSHARE_DEFICIT_MAX	(3600000000LL) /* |deficit| cap: 3600 line-seconds, in µs */
 
 enum fairshare_state {
 	FAIRSHARE_RUNNING = 0, /* dialling normally */
@@ -97,14 +97,14 @@ struct fairshare_carry {
 };
 
 struct fairshare_campaign {
-	const char *id;		    /* campaign id, borrowed for the call; orders ties bytewise */
-	uint32_t running;	    /* live calls */
-	uint32_t waiting;	    /* claimed, waiting for a slot (direct: k, waiting direct dials) */
-	uint32_t due;		    /* pending with next_attempt_at <= now (direct: 0) */
-	uint32_t ceiling;	    /* max_concurrent_calls, FAIRSHARE_UNLIMITED when unset */
-	uint32_t agent;		    /* index into fairshare_org.agent_running, or FAIRSHARE_NO_AGENT */
-	enum fairshare_state state; /* running, paused or stopped */
-	bool direct;		    /* the org's direct pseudo-campaign (at most one input) */
+	const char *id;	  /* campaign id, borrowed for the call; orders ties bytewise */
+	uint32_t running; /* live calls */
+	uint32_t waiting; /* claimed, waiting for a slot (direct: k, waiting direct dials) */
+	uint32_t due;	  /* pending with next_attempt_at <= now (direct: 0) */
+	uint32_t ceiling; /* max_concurrent_calls, FAIRSHARE_UNLIMITED when unset */
+	uint32_t agent;	  /* index into fairshare_org.agent_running, or FAIRSHARE_NO_AGENT */
+	enum fairshare_state state;   /* running, paused or stopped */
+	bool direct;		      /* the org's direct pseudo-campaign (at most one input) */
 	struct fairshare_carry carry; /* from the previous recompute's result */
 };
 

@@ -51,7 +51,7 @@ enum fairshare_reason {
 	FAIRSHARE_REASON_FULL,		 /* the level is at (or above) its limit */
 	FAIRSHARE_REASON_DIRECT_RESERVE, /* the free lines are held for waiting direct dials */
 	FAIRSHARE_REASON_FLOORS,	 /* the free org lines are other campaigns' floors */
-	FAIRSHARE_REASON_AGENT_FLOORS,	 /* the agent's free lines are its other campaigns' floors */
+	FAIRSHARE_REASON_AGENT_FLOORS, /* the agent's free lines are its other campaigns' floors */
 };
 
 struct fairshare_decision {

@@ -58,79 +58,105 @@ static void definitions(struct st *s)
 	}
 }
 
-/* Raises every unfrozen campaign together by the largest step all constraints allow, freezes
- * what became tight, and repeats. Returns -1 if a constraint is left with a room that is not a
- * multiple of its unfrozen members (then the exact level would not be a multiple of 1/D). */
+/* The constraint's members: the pool (a == NO) holds every campaign, a gating agent its active
+ * batch campaigns. */
+static bool member(const struct st *s, uint32_t c, uint32_t a)
+{
+	return a == NO || (in_group(s, c, a) && s->active[c]);
+}
+
+static int64_t capacity_units(const struct st *s, uint32_t a)
+{
+	return (int64_t)(a == NO ? s->org->org_limit : s->cap) * s->D;
+}
+
+/* Room left in constraint a and its unfrozen members. */
+static int64_t room(const struct st *s, const bool *fr, uint32_t a, int64_t *unfrozen)
+{
+	int64_t sum = 0;
+
+	*unfrozen = 0;
+	for (uint32_t c = 0; c < s->n; c++) {
+		if (!member(s, c, a))
+			continue;
+		sum += s->x[c];
+		*unfrozen += !fr[c];
+	}
+	return capacity_units(s, a) - sum;
+}
+
+/* Constraints to walk: the gating agents (if any), then the pool. */
+static uint32_t constraint(const struct st *s, uint32_t k)
+{
+	return k < s->org->n_agents ? k : NO;
+}
+
+static int64_t largest_step(const struct st *s, const bool *fr)
+{
+	int64_t step = INT64_MAX, u, left;
+
+	for (uint32_t c = 0; c < s->n; c++)
+		if (!fr[c] && (int64_t)s->need[c] * s->D - s->x[c] < step)
+			step = (int64_t)s->need[c] * s->D - s->x[c];
+	for (uint32_t k = 0; k <= s->org->n_agents; k++) {
+		if (constraint(s, k) != NO && !s->cap)
+			continue;
+		left = room(s, fr, constraint(s, k), &u);
+		if (u && left / u < step)
+			step = left / u;
+	}
+	return step;
+}
+
+/* Freezes campaigns at their need and the members of full constraints. Returns -1 when a
+ * constraint keeps a room that is not a multiple of its unfrozen members (then the exact level
+ * would not be a multiple of 1/D: the oracle's premise would be wrong). */
+static int freeze(struct st *s, bool *fr)
+{
+	int64_t u, left;
+
+	for (uint32_t c = 0; c < s->n; c++)
+		if (!fr[c] && s->x[c] == (int64_t)s->need[c] * s->D)
+			fr[c] = true;
+	for (uint32_t k = 0; k <= s->org->n_agents; k++) {
+		uint32_t a = constraint(s, k);
+
+		if (a != NO && !s->cap)
+			continue;
+		left = room(s, fr, a, &u);
+		if (u && left != 0 && left < u)
+			return -1;
+		for (uint32_t c = 0; c < s->n && u && left == 0; c++)
+			if (member(s, c, a))
+				fr[c] = true;
+	}
+	return 0;
+}
+
+/* Joint progressive filling in units of 1/D: raise every unfrozen campaign together by the
+ * largest step all constraints allow, freeze what became tight, repeat. */
 static int fill(struct st *s)
 {
 	bool fr[N_MAX];
-	int64_t L = (int64_t)s->org->org_limit * s->D;
 
 	for (uint32_t c = 0; c < s->n; c++) {
 		s->x[c] = 0;
 		fr[c] = !s->active[c] || s->need[c] == 0;
 	}
 	for (int round = 0; round < 4 * N_MAX + 4; round++) {
-		int64_t u = 0, sum = 0, step = INT64_MAX;
+		int64_t step;
+		bool any = false;
 
-		for (uint32_t c = 0; c < s->n; c++) {
-			sum += s->x[c];
-			if (!fr[c]) {
-				u++;
-				if ((int64_t)s->need[c] * s->D - s->x[c] < step)
-					step = (int64_t)s->need[c] * s->D - s->x[c];
-			}
-		}
-		if (u == 0)
+		for (uint32_t c = 0; c < s->n; c++)
+			any |= !fr[c];
+		if (!any)
 			return 0;
-		if ((L - sum) / u < step)
-			step = (L - sum) / u;
-		for (uint32_t a = 0; a < s->org->n_agents && s->cap; a++) {
-			int64_t ua = 0, sa = 0;
-
-			for (uint32_t c = 0; c < s->n; c++) {
-				if (!in_group(s, c, a) || !s->active[c])
-					continue;
-				sa += s->x[c];
-				ua += !fr[c];
-			}
-			if (ua && ((int64_t)s->cap * s->D - sa) / ua < step)
-				step = ((int64_t)s->cap * s->D - sa) / ua;
-		}
+		step = largest_step(s, fr);
 		for (uint32_t c = 0; c < s->n; c++)
 			if (!fr[c])
 				s->x[c] += step;
-		for (uint32_t c = 0; c < s->n; c++)
-			if (!fr[c] && s->x[c] == (int64_t)s->need[c] * s->D)
-				fr[c] = true;
-		/* Tight constraints freeze their members. */
-		sum = 0;
-		u = 0;
-		for (uint32_t c = 0; c < s->n; c++) {
-			sum += s->x[c];
-			u += !fr[c];
-		}
-		if (u && L - sum < u && L - sum != 0)
+		if (freeze(s, fr))
 			return -1;
-		if (L - sum == 0)
-			for (uint32_t c = 0; c < s->n; c++)
-				fr[c] = true;
-		for (uint32_t a = 0; a < s->org->n_agents && s->cap; a++) {
-			int64_t ua = 0, sa = 0;
-
-			for (uint32_t c = 0; c < s->n; c++) {
-				if (!in_group(s, c, a) || !s->active[c])
-					continue;
-				sa += s->x[c];
-				ua += !fr[c];
-			}
-			if (ua && (int64_t)s->cap * s->D - sa < ua && (int64_t)s->cap * s->D != sa)
-				return -1;
-			if (ua && (int64_t)s->cap * s->D == sa)
-				for (uint32_t c = 0; c < s->n; c++)
-					if (in_group(s, c, a))
-						fr[c] = true;
-		}
 	}
 	return -1;
 }
@@ -236,12 +262,13 @@ static uint32_t short_of(const struct oracle_gate *g, uint32_t d)
 
 static struct fairshare_decision verdict(enum fairshare_level l, enum fairshare_reason r)
 {
-	return (struct fairshare_decision){ .admitted = l == FAIRSHARE_LEVEL_NONE, .level = l,
+	return (struct fairshare_decision){ .admitted = l == FAIRSHARE_LEVEL_NONE,
+					    .level = l,
 					    .reason = r };
 }
 
-static struct fairshare_decision fair_level(const struct oracle_gate *g, uint32_t c,
-					    uint64_t O, uint32_t cap)
+static struct fairshare_decision fair_level(const struct oracle_gate *g, uint32_t c, uint64_t O,
+					    uint32_t cap)
 {
 	uint64_t others = 0, agent_others = 0, R = 0;
 
@@ -392,8 +419,8 @@ static void capacity(const struct st *s, uint32_t c, uint32_t active, struct ora
 	if (k->state != FAIRSHARE_RUNNING) {
 		o->available_now = 0;
 		best = best < k->running ? best : k->running;
-		o->limited_by = k->state == FAIRSHARE_PAUSED ? FAIRSHARE_BY_PAUSED
-							     : FAIRSHARE_BY_STOPPED;
+		o->limited_by =
+			k->state == FAIRSHARE_PAUSED ? FAIRSHARE_BY_PAUSED : FAIRSHARE_BY_STOPPED;
 		o->limited_by_value = 0;
 	}
 	o->effective_limit = (uint32_t)best;
@@ -415,15 +442,18 @@ static void results(const struct st *s, struct oracle_result *out, struct oracle
 	for (uint32_t c = 0; c < s->n; c++) {
 		struct oracle_result *o = &out[c];
 
-		*o = (struct oracle_result){ .active = s->active[c], .need = s->need[c],
-					     .fluid_units = s->x[c], .units_per_line = s->D,
+		*o = (struct oracle_result){ .active = s->active[c],
+					     .need = s->need[c],
+					     .fluid_units = s->x[c],
+					     .units_per_line = s->D,
 					     .floor = s->floor[c] };
 		o->deficit = s->active[c] ? s->deficit[c] : 0;
 		o->shortfall = s->floor[c] > s->in[c].running ? s->floor[c] - s->in[c].running : 0;
 		o->reserved = total - s->floor[c];
 		capacity(s, c, active, o);
 	}
-	*sum = (struct oracle_summary){ .active = active, .floors_total = total,
+	*sum = (struct oracle_summary){ .active = active,
+					.floors_total = total,
 					.shortfall_total = shortfall };
 	if (direct != NO && s->in[direct].waiting > 0) {
 		uint32_t fd = s->floor[direct] > 1 ? s->floor[direct] : 1;

@@ -181,7 +181,8 @@ static void backlogged_differ_by_one_quantum(void **state)
 
 			r.ready[other] = rnd(&seed) % 3 == 0;
 			if (rnd(&seed) % 50 == 0)
-				drr_contains(&d, other) ? drr_remove(&d, other) : drr_add(&d, other);
+				drr_contains(&d, other) ? drr_remove(&d, other)
+							: drr_add(&d, other);
 			c = pick(&d, &r);
 			assert_true(e[c].deficit + 1 <= q + carry);
 			for (uint32_t a = 0; a < 4; a++)

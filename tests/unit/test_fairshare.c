@@ -17,8 +17,9 @@
 
 static struct fairshare_campaign backlogged(const char *id, uint32_t agent)
 {
-	return (struct fairshare_campaign){ .id = id, .due = 1000, .ceiling = FAIRSHARE_UNLIMITED,
-					    .agent = agent };
+	return (struct fairshare_campaign){
+		.id = id, .due = 1000, .ceiling = FAIRSHARE_UNLIMITED, .agent = agent
+	};
 }
 
 static int run(const struct fairshare_org *org, const struct fairshare_campaign *c, uint32_t n,
@@ -35,8 +36,11 @@ static int run(const struct fairshare_org *org, const struct fairshare_campaign 
 static void recompute_rejects_bad_input(void **state)
 {
 	uint32_t ar[1] = { 0 };
-	struct fairshare_org org = { .system_limit = 1000, .org_limit = 20, .enforced = true,
-				     .per_agent = FAIRSHARE_UNLIMITED, .agent_running = ar,
+	struct fairshare_org org = { .system_limit = 1000,
+				     .org_limit = 20,
+				     .enforced = true,
+				     .per_agent = FAIRSHARE_UNLIMITED,
+				     .agent_running = ar,
 				     .n_agents = 1 };
 	struct fairshare_campaign c[2] = { backlogged("a", 0), backlogged("b", 0) };
 	struct fairshare_result out[2];
@@ -60,8 +64,7 @@ static void recompute_rejects_bad_input(void **state)
 	c[0].carry.fluid = 0;
 	assert_int_equal(fairshare_recompute(&org, c, 2, out, NULL, small, sizeof(small)),
 			 -ENOBUFS);
-	assert_int_equal(fairshare_recompute(NULL, c, 2, out, NULL, small, sizeof(small)),
-			 -EINVAL);
+	assert_int_equal(fairshare_recompute(NULL, c, 2, out, NULL, small, sizeof(small)), -EINVAL);
 	assert_int_equal(fairshare_recompute(&org, NULL, 2, out, NULL, small, sizeof(small)),
 			 -EINVAL);
 }
@@ -110,7 +113,9 @@ static void limited_by_sentences(void **state)
 /* Thirds and sevenths come out exact, and floors sum to the pool. */
 static void fluid_is_exact(void **state)
 {
-	struct fairshare_org org = { .system_limit = 1000, .org_limit = 20, .enforced = true,
+	struct fairshare_org org = { .system_limit = 1000,
+				     .org_limit = 20,
+				     .enforced = true,
 				     .per_agent = FAIRSHARE_UNLIMITED };
 	struct fairshare_campaign c[7];
 	struct fairshare_result out[7];
@@ -138,10 +143,15 @@ static void fluid_is_exact(void **state)
 static void agent_groups_cap_together(void **state)
 {
 	uint32_t ar[2] = { 0, 0 };
-	struct fairshare_org org = { .system_limit = 1000, .org_limit = 10, .per_agent = 4,
-				     .enforced = true, .agent_running = ar, .n_agents = 2 };
+	struct fairshare_org org = { .system_limit = 1000,
+				     .org_limit = 10,
+				     .per_agent = 4,
+				     .enforced = true,
+				     .agent_running = ar,
+				     .n_agents = 2 };
 	struct fairshare_campaign c[4] = { backlogged("a", 0), backlogged("b", 0),
-					   backlogged("c", 1), backlogged("d", FAIRSHARE_NO_AGENT) };
+					   backlogged("c", 1),
+					   backlogged("d", FAIRSHARE_NO_AGENT) };
 	struct fairshare_result out[4];
 
 	assert_int_equal(run(&org, c, 4, out, NULL), 0);
@@ -163,8 +173,12 @@ static void many_campaigns(void **state)
 	static struct fairshare_result out[N];
 	static char ids[N][8];
 	static uint32_t ar[A];
-	struct fairshare_org org = { .system_limit = 100000, .org_limit = 5000, .per_agent = 40,
-				     .enforced = true, .agent_running = ar, .n_agents = A };
+	struct fairshare_org org = { .system_limit = 100000,
+				     .org_limit = 5000,
+				     .per_agent = 40,
+				     .enforced = true,
+				     .agent_running = ar,
+				     .n_agents = A };
 	struct fairshare_summary sum;
 	uint64_t total = 0;
 
@@ -217,8 +231,8 @@ static void gate_rejects_bad_input(void **state)
 	assert_int_equal(fairshare_gate_install(&g, 1, floors, 1, 0, 10), -EINVAL);
 	assert_int_equal(fairshare_gate_install(&g, 0, floors, 2, 0, 10), -ESTALE);
 	gc[1].agent = 0; /* the direct pseudo-campaign has no agent of its own */
-	assert_int_equal(fairshare_gate_init(&g, &(struct fairshare_gate_limits){ 20, 1, true },
-					     gc, 2, 1, ga, 1),
+	assert_int_equal(fairshare_gate_init(&g, &(struct fairshare_gate_limits){ 20, 1, true }, gc,
+					     2, 1, ga, 1),
 			 -EINVAL);
 }
 

@@ -174,7 +174,8 @@ static void campaign_of(struct org_case *k, const cJSON *j, struct fairshare_cam
 
 static void org_case_of(const cJSON *j, struct org_case *k)
 {
-	const cJSON *org = cJSON_GetObjectItem(j, "org"), *agents = cJSON_GetObjectItem(j, "agents");
+	const cJSON *org = cJSON_GetObjectItem(j, "org"),
+		    *agents = cJSON_GetObjectItem(j, "agents");
 	const cJSON *c;
 	uint32_t running = 0;
 
@@ -390,9 +391,7 @@ static void seq_setup(const cJSON *j, struct seq_case *q)
 					      u32_or(org, "per_agent", FAIRSHARE_UNLIMITED),
 					      bool_or(org, "enforced", true) };
 	q->sys = (struct fairshare_system){ u32_or(sys, "limit", 1000), u32_or(sys, "running", 0) };
-	assert_int_equal(fairshare_gate_init(&q->g, &lim, q->gc, q->n, direct, q->ga,
-					     MAX_A),
-			 0);
+	assert_int_equal(fairshare_gate_init(&q->g, &lim, q->gc, q->n, direct, q->ga, MAX_A), 0);
 }
 
 static int rc_of(const char *s)
@@ -448,8 +447,8 @@ static void do_admit(struct seq_case *q, const cJSON *step)
 	assert_int_equal(fairshare_gate_try(&q->g, &q->sys, &slot, q->now, &d), 0);
 	v = cJSON_GetObjectItem(e, "admitted");
 	if (v && cJSON_IsTrue(v) != d.admitted)
-		fail_msg("%s: admitted want %d, got %d (%s/%s)", where, cJSON_IsTrue(v),
-			 d.admitted, fairshare_level_name(d.level), fairshare_reason_name(d.reason));
+		fail_msg("%s: admitted want %d, got %d (%s/%s)", where, cJSON_IsTrue(v), d.admitted,
+			 fairshare_level_name(d.level), fairshare_reason_name(d.reason));
 	want_str(where, e, "level", fairshare_level_name(d.level));
 	want_str(where, e, "reason", fairshare_reason_name(d.reason));
 	v = cJSON_GetObjectItem(e, "fcfs");
