@@ -1,5 +1,5 @@
 /* Property tests of the fair-share allocator against the independent oracle (fixed seeds):
- *   - random_states_match_oracle: >= 100,000 random small states, every output compared;
+ *   - random_states_match_oracle: 200,000 random small states, every output compared;
  *   - random_sequences_keep_aggregates: random event sequences (acquire, release, duplicate
  *     release, demand change, pause, limit change, refresh, stale install, time, direct wait);
  *     after every event the gate's aggregates equal a recount under the same installed floors,
@@ -29,8 +29,8 @@
 #define NA	  ORACLE_MAX_AGENTS
 #define MAX_CALLS 256
 
-#define N_STATES    100000
-#define N_SEQUENCES 1500
+#define N_STATES    200000
+#define N_SEQUENCES 4000
 #define SEQ_EVENTS  400
 
 struct rng {
