@@ -52,7 +52,8 @@
  *      already bends to the narrower caps, so when the fair share equals a ceiling the ceiling is
  *      the cause (raising the org limit would not change it).
  *  R12 available_now is what the gate (fairshare_gate.h) would admit for c now, in a row, under
- *      the floors just computed and the input's k; the agent term uses R7. Pause and stop are
+ *      the floors just computed and the input's k; the agent term uses R7 (for the direct
+ *      pseudo-campaign no agent term: each direct dial names its own agent). Pause and stop are
  *      enforced by contact selection, not by the gate: a paused or stopped campaign reports
  *      available_now 0, effective_limit min(formula, running) and limited_by paused/stopped.
  *  R13 Limits lowered below the live count pre-empt nothing (C6): the level refuses until enough
