@@ -40,8 +40,8 @@ static uint64_t doubled(uint64_t base, unsigned n, uint64_t cap)
 
 /* ---- HTTP-date (RFC 9110 §5.6.7) ---- */
 
-static const char *const months[12] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
-				       "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+static const char *const months[12] = { "Jan", "Feb", "Mar", "Apr", "May", "Jun",
+					"Jul", "Aug", "Sep", "Oct", "Nov", "Dec" };
 
 /* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil). */
 static int64_t days_from_civil(int64_t y, unsigned m, unsigned d)
@@ -133,7 +133,7 @@ static const char *asctime_part(const char *s, struct date_parts *d)
 
 int retry_http_date_parse(const char *s, int64_t *unix_s)
 {
-	struct date_parts d = {0};
+	struct date_parts d = { 0 };
 	const char *p = s;
 
 	if (!s)
@@ -294,17 +294,17 @@ void retry_classify(const struct retry_policy *p, const struct retry_answer *a,
 
 const char *retry_verdict_name(enum retry_verdict v)
 {
-	static const char *const names[] = {"ok",      "refused",   "resend",
-					    "unknown", "stop_lane", "invalid"};
+	static const char *const names[] = { "ok",	"refused",   "resend",
+					     "unknown", "stop_lane", "invalid" };
 
 	return (unsigned)v < sizeof(names) / sizeof(names[0]) ? names[v] : "?";
 }
 
 const char *retry_reason_name(enum retry_reason r)
 {
-	static const char *const names[] = {"none",	    "throttled_header", "throttled",
-					    "server_error", "timeout",		"connection",
-					    "credentials",  "rejected",		"unexpected"};
+	static const char *const names[] = { "none",	     "throttled_header", "throttled",
+					     "server_error", "timeout",		 "connection",
+					     "credentials",  "rejected",	 "unexpected" };
 
 	return (unsigned)r < sizeof(names) / sizeof(names[0]) ? names[r] : "?";
 }

@@ -44,7 +44,7 @@ static void window_rolls_by_seconds(void **state)
 static void park_doubles_to_30_minutes(void **state)
 {
 	struct lane_park p;
-	const int64_t want[] = {1, 2, 4, 8, 16, 30, 30, 30};
+	const int64_t want[] = { 1, 2, 4, 8, 16, 30, 30, 30 };
 	int64_t now = 0;
 
 	lane_park_init(&p, MIN, 30 * MIN);
@@ -233,7 +233,7 @@ static void lane_gate_order(void **state)
 {
 	struct lane_config cfg;
 	struct lane l;
-	struct retry_decision d = {0};
+	struct retry_decision d = { 0 };
 	uint64_t w;
 
 	lane_config_defaults(&cfg);
@@ -253,11 +253,11 @@ static void lane_gate_order(void **state)
 	assert_int_equal(w, 5000);
 	assert_int_equal(lane_admit(&l, 5100, false, &w), LANE_GO);
 	/* A success after the park. */
-	struct retry_decision ok = {.verdict = RETRY_OK};
+	struct retry_decision ok = { .verdict = RETRY_OK };
 	lane_record(&l, 5200, &ok);
 	assert_int_equal(l.park.level, 0);
 	/* Credentials: stopped until resumed. */
-	struct retry_decision stop = {.verdict = RETRY_STOP_LANE};
+	struct retry_decision stop = { .verdict = RETRY_STOP_LANE };
 	lane_record(&l, 6000, &stop);
 	assert_int_equal(lane_admit(&l, 6000, false, &w), LANE_STOPPED);
 	lane_resume(&l);
@@ -267,8 +267,8 @@ static void lane_gate_order(void **state)
 static void lane_gate_circuit_and_budget(void **state)
 {
 	struct lane l;
-	struct retry_decision bad = {.verdict = RETRY_RESEND, .circuit_refusal = true};
-	struct retry_decision ok = {.verdict = RETRY_OK};
+	struct retry_decision bad = { .verdict = RETRY_RESEND, .circuit_refusal = true };
+	struct retry_decision ok = { .verdict = RETRY_OK };
 	uint64_t w;
 
 	lane_init(&l, NULL, 0); /* unpaced */

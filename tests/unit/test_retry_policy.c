@@ -19,8 +19,8 @@ static struct retry_decision classify(int status, enum retry_transport t, const 
 				      bool body_throttled, unsigned throttled, unsigned sends,
 				      uint32_t rnd)
 {
-	struct retry_answer a = {status, t, ra, body_throttled};
-	struct retry_counts c = {throttled, sends};
+	struct retry_answer a = { status, t, ra, body_throttled };
+	struct retry_counts c = { throttled, sends };
 	struct retry_decision d;
 
 	retry_classify(NULL, &a, &c, NOW_MS, rnd, &d);
@@ -34,7 +34,7 @@ static struct retry_decision st(int status, unsigned sends, uint32_t rnd)
 
 static void ok_rows(void **state)
 {
-	const int codes[] = {200, 201, 202, 204};
+	const int codes[] = { 200, 201, 202, 204 };
 
 	for (size_t i = 0; i < 4; i++) {
 		struct retry_decision d = st(codes[i], 1, RMAX);
@@ -67,8 +67,8 @@ static void retry_after_seconds_plus_jitter(void **state)
 static void retry_after_http_date(void **state)
 {
 	/* 30 s after NOW_MS, in all three RFC 9110 forms. */
-	const char *forms[] = {"Sun, 06 Nov 1994 08:50:07 GMT", "Sunday, 06-Nov-94 08:50:07 GMT",
-			       "Sun Nov  6 08:50:07 1994"};
+	const char *forms[] = { "Sun, 06 Nov 1994 08:50:07 GMT", "Sunday, 06-Nov-94 08:50:07 GMT",
+				"Sun Nov  6 08:50:07 1994" };
 
 	for (size_t i = 0; i < 3; i++) {
 		struct retry_decision d = classify(429, 0, forms[i], false, 0, 1, RMIN);
@@ -108,7 +108,7 @@ static void retry_after_cap_and_garbage(void **state)
 	assert_int_equal(big.delay_ms, 86400000 + 300);
 	assert_int_equal(big.park_ms, 86400000);
 	/* Malformed headers count as absent: the doubling schedule applies. */
-	const char *bad[] = {"", "soon", "12s", "-5", "Sun, 06 Nov 1994 08:50:07 UTC"};
+	const char *bad[] = { "", "soon", "12s", "-5", "Sun, 06 Nov 1994 08:50:07 UTC" };
 	for (size_t i = 0; i < 5; i++) {
 		struct retry_decision d = classify(429, 0, bad[i], false, 0, 1, RMAX);
 		assert_int_equal(d.reason, RETRY_REASON_THROTTLED);
@@ -119,7 +119,7 @@ static void retry_after_cap_and_garbage(void **state)
 
 static void throttled_doubling_to_32s_full_jitter(void **state)
 {
-	const uint64_t ceil[] = {1000, 2000, 4000, 8000, 16000, 32000, 32000, 32000};
+	const uint64_t ceil[] = { 1000, 2000, 4000, 8000, 16000, 32000, 32000, 32000 };
 
 	for (unsigned n = 0; n < 8; n++) {
 		struct retry_decision hi = classify(429, 0, NULL, false, n, 1, RMAX);
@@ -143,8 +143,8 @@ static void throttled_doubling_to_32s_full_jitter(void **state)
 
 static void server_errors_four_tries(void **state)
 {
-	const int codes[] = {500, 502, 503, 504, 501, 599};
-	const uint64_t ceil[] = {500, 1000, 2000};
+	const int codes[] = { 500, 502, 503, 504, 501, 599 };
+	const uint64_t ceil[] = { 500, 1000, 2000 };
 
 	for (size_t i = 0; i < 6; i++) {
 		for (unsigned sends = 1; sends <= 3; sends++) {
@@ -164,14 +164,14 @@ static void server_errors_four_tries(void **state)
 static void server_cap_8s(void **state)
 {
 	struct retry_policy p;
-	struct retry_answer a = {503, RETRY_TRANSPORT_NONE, NULL, false};
-	const uint64_t ceil[] = {500, 1000, 2000, 4000, 8000, 8000, 8000};
+	struct retry_answer a = { 503, RETRY_TRANSPORT_NONE, NULL, false };
+	const uint64_t ceil[] = { 500, 1000, 2000, 4000, 8000, 8000, 8000 };
 	struct retry_decision d;
 
 	retry_policy_defaults(&p);
 	p.server_tries = 100;
 	for (unsigned sends = 1; sends <= 7; sends++) {
-		struct retry_counts c = {0, sends};
+		struct retry_counts c = { 0, sends };
 		retry_classify(&p, &a, &c, NOW_MS, RMAX, &d);
 		assert_int_equal(d.verdict, RETRY_RESEND);
 		assert_int_equal(d.delay_ms, ceil[sends - 1]);
@@ -180,8 +180,8 @@ static void server_cap_8s(void **state)
 
 static void timeouts_three_tries_flat(void **state)
 {
-	const enum retry_transport t[] = {RETRY_TRANSPORT_CONNECT_TIMEOUT,
-					  RETRY_TRANSPORT_READ_TIMEOUT};
+	const enum retry_transport t[] = { RETRY_TRANSPORT_CONNECT_TIMEOUT,
+					   RETRY_TRANSPORT_READ_TIMEOUT };
 
 	for (size_t i = 0; i < 2; i++) {
 		for (unsigned sends = 1; sends <= 2; sends++) {
@@ -204,7 +204,7 @@ static void timeouts_three_tries_flat(void **state)
 
 static void resets_like_server_errors(void **state)
 {
-	const enum retry_transport t[] = {RETRY_TRANSPORT_RESET, RETRY_TRANSPORT_CONNECT_FAILED};
+	const enum retry_transport t[] = { RETRY_TRANSPORT_RESET, RETRY_TRANSPORT_CONNECT_FAILED };
 
 	for (size_t i = 0; i < 2; i++) {
 		struct retry_decision d = classify(0, t[i], NULL, false, 0, 1, RMAX);
@@ -223,9 +223,9 @@ static void resets_like_server_errors(void **state)
 
 static void invalid_and_stop_rows(void **state)
 {
-	const int invalid[] = {400, 404, 422};
-	const int creds[] = {401, 403};
-	const int odd[] = {100, 301, 302, 405, 410, 413, 418};
+	const int invalid[] = { 400, 404, 422 };
+	const int creds[] = { 401, 403 };
+	const int odd[] = { 100, 301, 302, 405, 410, 413, 418 };
 
 	for (size_t i = 0; i < 3; i++) {
 		struct retry_decision d = st(invalid[i], 1, RMAX);
@@ -268,16 +268,16 @@ static void http_dates(void **state)
 	assert_int_equal(t, 0);
 	assert_int_equal(retry_http_date_parse("Tue, 01-Jan-69 00:00:00 GMT", &t), 0);
 	assert_int_equal(t, 3124224000LL); /* two-digit years below 70 are 20xx */
-	const char *bad[] = {"",
-			     "Sun, 6 Nov 1994 08:49:37 GMT",
-			     "Sun, 06 Nov 1994 08:49:37",
-			     "Sun, 06 Nov 1994 08:49:37 GMT junk",
-			     "Sun, 06 Foo 1994 08:49:37 GMT",
-			     "Sun, 06 Nov 1994 24:00:00 GMT",
-			     "Sun, 32 Nov 1994 08:49:37 GMT",
-			     "06 Nov 1994 08:49:37 GMT",
-			     "Sun,06 Nov 1994 08:49:37 GMT",
-			     "Sun Nov 6 08:49:37 1994"};
+	const char *bad[] = { "",
+			      "Sun, 6 Nov 1994 08:49:37 GMT",
+			      "Sun, 06 Nov 1994 08:49:37",
+			      "Sun, 06 Nov 1994 08:49:37 GMT junk",
+			      "Sun, 06 Foo 1994 08:49:37 GMT",
+			      "Sun, 06 Nov 1994 24:00:00 GMT",
+			      "Sun, 32 Nov 1994 08:49:37 GMT",
+			      "06 Nov 1994 08:49:37 GMT",
+			      "Sun,06 Nov 1994 08:49:37 GMT",
+			      "Sun Nov 6 08:49:37 1994" };
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(retry_http_date_parse(bad[i], &t), -EINVAL);
 	assert_int_equal(retry_http_date_parse(NULL, &t), -EINVAL);

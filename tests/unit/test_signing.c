@@ -22,29 +22,29 @@ struct vector {
 static void rfc4231_vectors(void **state)
 {
 	static struct vector v[6] = {
-		{.key_len = 20,
-		 .data = "Hi There",
-		 .hex = "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
-		{.key = "Jefe",
-		 .key_len = 4,
-		 .data = "what do ya want for nothing?",
-		 .hex = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
-		{.key_len = 20,
-		 .fill = 0xdd,
-		 .fill_len = 50,
-		 .hex = "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
-		{.key_len = 25,
-		 .fill = 0xcd,
-		 .fill_len = 50,
-		 .hex = "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
-		{.key_len = 131,
-		 .data = "Test Using Larger Than Block-Size Key - Hash Key First",
-		 .hex = "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
-		{.key_len = 131,
-		 .data = "This is a test using a larger than block-size key and a larger than "
-			 "block-size data. The key needs to be hashed before being used by the "
-			 "HMAC algorithm.",
-		 .hex = "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"},
+		{ .key_len = 20,
+		  .data = "Hi There",
+		  .hex = "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7" },
+		{ .key = "Jefe",
+		  .key_len = 4,
+		  .data = "what do ya want for nothing?",
+		  .hex = "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843" },
+		{ .key_len = 20,
+		  .fill = 0xdd,
+		  .fill_len = 50,
+		  .hex = "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe" },
+		{ .key_len = 25,
+		  .fill = 0xcd,
+		  .fill_len = 50,
+		  .hex = "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b" },
+		{ .key_len = 131,
+		  .data = "Test Using Larger Than Block-Size Key - Hash Key First",
+		  .hex = "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54" },
+		{ .key_len = 131,
+		  .data = "This is a test using a larger than block-size key and a larger than "
+			  "block-size data. The key needs to be hashed before being used by the "
+			  "HMAC algorithm.",
+		  .hex = "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2" },
 	};
 	unsigned char buf[64];
 	char hex[65];
