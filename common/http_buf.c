@@ -65,24 +65,6 @@ int http_buf_printf(struct http_buf *b, const char *fmt, ...)
 	return 0;
 }
 
-int http_buf_json_escape(struct http_buf *b, const char *s)
-{
-	int err = 0;
-
-	for (; *s && !err; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\') {
-			char esc[2] = { '\\', (char)c };
-			err = http_buf_append(b, esc, 2);
-		} else if (c < 0x20) {
-			err = http_buf_printf(b, "\\u%04x", c);
-		} else {
-			err = http_buf_append(b, s, 1);
-		}
-	}
-	return err;
-}
-
 char *http_buf_take(struct http_buf *b)
 {
 	char *p = b->data;

@@ -2,6 +2,7 @@
  * serialization. The connection side is in http_server.c. */
 #include "http_server_int.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -500,23 +501,17 @@ int http_respond(struct http_request *req, int status, const char *content_type,
 
 int http_respond_error(struct http_request *req, int status, const char *code, const char *message)
 {
-	struct http_buf b = { 0 };
-	int err = http_buf_puts(&b, "{\"error\":\"");
+	cJSON *obj = cJSON_CreateObject();
+	char *body = NULL;
 
-	if (!err)
-		err = http_buf_json_escape(&b, code);
-	if (!err)
-		err = http_buf_puts(&b, "\",\"message\":\"");
-	if (!err)
-		err = http_buf_json_escape(&b, message);
-	if (!err)
-		err = http_buf_puts(&b, "\"}");
-	if (err) {
-		http_buf_free(&b);
+	if (obj && cJSON_AddStringToObject(obj, "error", code) &&
+	    cJSON_AddStringToObject(obj, "message", message))
+		body = cJSON_PrintUnformatted(obj);
+	cJSON_Delete(obj);
+	if (!body)
 		return http_respond(req, status, NULL, NULL, 0);
-	}
-	err = http_respond(req, status, "application/json", b.data, b.len);
-	http_buf_free(&b);
+	int err = http_respond(req, status, "application/json", body, strlen(body));
+	cJSON_free(body);
 	return err;
 }
 
