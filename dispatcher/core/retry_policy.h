@@ -7,18 +7,20 @@
  *
  * The table (defaults of struct retry_policy in brackets):
  *
- *   answer                         verdict          delay                          limit
- *   2xx (200 replay, 201 created)  OK               -                              -
- *   429 + Retry-After              REFUSED          header + 0.3..1.2 s jitter     [5] such retries
- *   429 without, 2xx "throttled"   REFUSED          full jitter in [0, 1 s * 2^n]  capped [32 s]
- *   500..599, reset, refused conn  RESEND same key  full jitter in [0, 0.5 s*2^n]  [4] tries, cap
- * [8 s] timeouts (connect, read), 408  RESEND same key  [2 s] flat                     [3] tries (a
- * RESEND past its limit)      UNKNOWN          -   (slots kept; an event or the sweep ends it) 400,
- * 404, 422                  INVALID          -   (the contact fails with the provider's reason)
- *   401, 403                       STOP_LANE        -   (contacts stay pending; alert and count)
+ *   answer                         verdict          delay                        limit
+ *   2xx (200 replay, 201 created)  OK               -                            -
+ *   429 + Retry-After              REFUSED          header + 0.3..1.2 s jitter   [5] such retries
+ *   429 without, 2xx "throttled"   REFUSED          full jitter, [0, 1 s * 2^n]  capped [32 s]
+ *   500..599, reset, refused conn  RESEND same key  full jitter, [0, 0.5 s*2^n]  [4] tries,
+ *                                                                                capped [8 s]
+ *   timeouts (connect, read), 408  RESEND same key  [2 s] flat                   [3] tries
+ *   a RESEND past its limit        UNKNOWN          -  (slots kept; an event or the sweep ends it)
+ *   400, 404, 422                  INVALID          -  (the contact fails with the provider's
+ *                                                      reason)
+ *   401, 403                       STOP_LANE        -  (contacts stay pending; alert and count)
  *   409, 425 (key in progress)     RESEND same key  as 5xx
- *   1xx, 3xx, other 4xx            STOP_LANE        -   (a contract mismatch: never fail a backlog
- * on it)
+ *   1xx, 3xx, other 4xx            STOP_LANE        -  (a contract mismatch: never fail a
+ *                                                      backlog on it)
  *
  * Readings of the SPEC written down here:
  *   - "tries" of one call count its sends (the first POST included): 5xx gets 4 sends in all,
