@@ -24,7 +24,6 @@ int http_buf_puts(struct http_buf *b, const char *s);
 /* Appends printf-formatted text. Returns 0, -ENOMEM or -EINVAL. */
 int http_buf_printf(struct http_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-
 /* Hands the data to the caller (who frees it with free()) and empties the buffer. Returns
  * NULL when the buffer is empty. */
 char *http_buf_take(struct http_buf *b);
