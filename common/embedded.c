@@ -69,6 +69,16 @@ static int free_port(void)
 	return port;
 }
 
+/* A free port other than `other` (the two servers must not be handed the same one). */
+static int free_port_except(int other)
+{
+	int port = free_port();
+
+	for (int i = 0; i < 10 && port == other; i++)
+		port = free_port();
+	return port;
+}
+
 static void print_log_tail(const char *path)
 {
 	char line[512];
@@ -112,6 +122,8 @@ static pid_t spawn(struct embedded *e, char *const argv[], const char *log_path,
 		    setgid(e->pg_gid) < 0 || setuid(e->pg_uid) < 0)
 			_exit(125);
 	}
+	/* Its own process group, so a stop can reach the server and every child it forked. */
+	setpgid(0, 0);
 	/* After the uid change: changing credentials clears the parent-death signal. */
 	prctl(PR_SET_PDEATHSIG, deathsig);
 	if (getppid() != parent)
@@ -212,12 +224,13 @@ static void guardian_main(int fd, const char *dir)
 			used = 0;
 	}
 	if (redis > 0)
-		kill((pid_t)redis, SIGKILL);
+		kill(-(pid_t)redis, SIGKILL);
 	if (pg > 0) {
+		kill(-(pid_t)pg, SIGCONT); /* a fault test may have left it stopped */
 		kill((pid_t)pg, SIGQUIT); /* immediate shutdown: the postmaster ends its backends */
 		for (int i = 0; i < 500 && kill((pid_t)pg, 0) == 0; i++)
 			sleep_ms(20);
-		kill((pid_t)pg, SIGKILL);
+		kill(-(pid_t)pg, SIGKILL); /* the postmaster and any backend left */
 	}
 	remove_tree(dir);
 	_exit(0);
@@ -268,7 +281,7 @@ static int reap(pid_t pid, long timeout_ms)
 		if (r == pid || (r < 0 && errno == ECHILD))
 			return 0;
 		if (now_ms() > deadline) {
-			kill(pid, SIGKILL);
+			kill(-pid, SIGKILL); /* the server's whole process group */
 			waitpid(pid, &status, 0);
 			return 0;
 		}
@@ -288,18 +301,57 @@ static void path_in(const struct embedded *e, char *buf, size_t len, const char 
 	snprintf(buf, len, "%s/%s", e->dir, name);
 }
 
+/* Writes text to path, readable by the server's user only. Returns 0 or DSP_ESERVICE. */
+static int write_secret(const struct embedded *e, const char *path, const char *text)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	size_t n = strlen(text);
+	bool ok = fd >= 0 && write(fd, text, n) == (ssize_t)n;
+
+	if (ok && geteuid() == 0)
+		ok = fchown(fd, e->pg_uid, e->pg_gid) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok ? 0 : DSP_ESERVICE;
+}
+
+/* Fills e->pg_password with 32 hex digits from /dev/urandom. Returns 0 or DSP_ESERVICE. */
+static int make_password(struct embedded *e)
+{
+	unsigned char raw[16];
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	bool ok = fd >= 0 && read(fd, raw, sizeof(raw)) == (ssize_t)sizeof(raw);
+
+	if (fd >= 0)
+		close(fd);
+	if (!ok)
+		return DSP_ESERVICE;
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(e->pg_password + 2 * i, 3, "%02x", raw[i]);
+	return 0;
+}
+
+/* initdb: trust on the private unix socket only (the directory is the caller's and the server
+ * user's alone); loopback TCP needs the generated password (scram-sha-256), so another local
+ * user cannot log in as the superuser. */
 static int pg_initdb(struct embedded *e)
 {
-	char bin[256], data[256], log[256];
+	char bin[256], data[256], log[256], pwfile[256], pwopt[300];
 	/* clang-format off */
-	char *argv[] = { bin, "-D", data, "-U", "dispatcher", "--auth=trust", "--no-sync",
+	char *argv[] = { bin, "-D", data, "-U", "dispatcher", "--auth-local=trust",
+			 "--auth-host=scram-sha-256", pwopt, "--no-sync",
 			 "--no-instructions", "-E", "UTF8", "--locale=C", NULL };
 	/* clang-format on */
 
 	snprintf(bin, sizeof(bin), "%s/initdb", DSP_PG_BINDIR);
 	path_in(e, data, sizeof(data), "pgdata");
 	path_in(e, log, sizeof(log), "initdb.log");
+	path_in(e, pwfile, sizeof(pwfile), "pwfile");
+	snprintf(pwopt, sizeof(pwopt), "--pwfile=%s", pwfile);
+	if (make_password(e) < 0 || write_secret(e, pwfile, e->pg_password) < 0)
+		return DSP_ESERVICE;
 	int rc = run(e, argv, log, true);
+	unlink(pwfile);
 	if (rc != 0) {
 		log_error(LOG_EMBED, "initdb failed (exit %d)", rc);
 		print_log_tail(log);
@@ -342,6 +394,8 @@ static int pg_wait_ready(struct embedded *e, const char *conninfo)
 		if (!alive(e->pg_pid) || now_ms() > deadline) {
 			log_error(LOG_EMBED, "PostgreSQL did not start");
 			print_log_tail(log);
+			kill(-e->pg_pid, SIGKILL);
+			reap(e->pg_pid, 30000);
 			e->pg_pid = 0;
 			guardian_tell(e, "pg", 0);
 			return DSP_ESERVICE;
@@ -379,7 +433,8 @@ int embedded_pg_stop(struct embedded *e)
 {
 	if (!e->pg_pid)
 		return 0;
-	kill(e->pg_pid, SIGINT); /* fast shutdown: aborts open transactions, closes clients */
+	kill(-e->pg_pid, SIGCONT); /* a stopped server would never act on the next signal */
+	kill(e->pg_pid, SIGINT);   /* fast shutdown: aborts open transactions, closes clients */
 	reap(e->pg_pid, 30000);
 	e->pg_pid = 0;
 	guardian_tell(e, "pg", 0);
@@ -393,14 +448,26 @@ static int pg_first_start(struct embedded *e)
 
 	if (rc < 0)
 		return rc;
-	rc = pg_spawn(e);
-	if (rc < 0)
-		return rc;
-	snprintf(conninfo, sizeof(conninfo), "host=%s port=%d user=dispatcher dbname=postgres",
-		 e->dir, e->pg_port);
-	rc = pg_wait_ready(e, conninfo);
+	/* With tcp, the free port may be taken between free_port() and the server's bind: try
+	 * again on another one. */
+	for (int attempt = 0; attempt < 3; attempt++) {
+		if (attempt > 0)
+			e->pg_port = free_port_except(e->redis_port);
+		rc = pg_spawn(e);
+		if (rc < 0)
+			return rc;
+		snprintf(conninfo, sizeof(conninfo),
+			 "host=%s port=%d user=dispatcher dbname=postgres", e->dir, e->pg_port);
+		rc = pg_wait_ready(e, conninfo);
+		if (rc == 0 || !e->tcp)
+			break;
+	}
 	if (rc == 0)
 		rc = pg_create_database(e);
+	if (rc == 0 && e->tcp)
+		snprintf(e->database_url_tcp, sizeof(e->database_url_tcp),
+			 "host=127.0.0.1 port=%d user=dispatcher password=%s dbname=dispatcher",
+			 e->pg_port, e->pg_password);
 	return rc;
 }
 
@@ -418,7 +485,7 @@ static int redis_spawn(struct embedded *e)
 	path_in(e, sock, sizeof(sock), "redis.sock");
 	path_in(e, log, sizeof(log), "redis.log");
 	snprintf(port, sizeof(port), "%d", e->redis_port);
-	pid_t pid = spawn(e, argv, log, false, SIGKILL);
+	pid_t pid = spawn(e, argv, log, true, SIGKILL); /* as the unprivileged user too */
 	if (pid < 0)
 		return DSP_ESERVICE;
 	e->redis_pid = pid;
@@ -459,6 +526,8 @@ int embedded_redis_start(struct embedded *e)
 		if (!alive(e->redis_pid) || now_ms() > deadline) {
 			log_error(LOG_EMBED, "Redis did not start");
 			print_log_tail(log);
+			kill(-e->redis_pid, SIGKILL);
+			reap(e->redis_pid, 30000);
 			e->redis_pid = 0;
 			guardian_tell(e, "redis", 0);
 			return DSP_ESERVICE;
@@ -472,6 +541,7 @@ int embedded_redis_stop(struct embedded *e)
 {
 	if (!e->redis_pid)
 		return 0;
+	kill(e->redis_pid, SIGCONT);
 	kill(e->redis_pid, SIGTERM);
 	reap(e->redis_pid, 30000);
 	e->redis_pid = 0;
@@ -487,6 +557,21 @@ int embedded_pg_signal(struct embedded *e, int sig)
 int embedded_redis_signal(struct embedded *e, int sig)
 {
 	return e->redis_pid && kill(e->redis_pid, sig) == 0 ? 0 : -ESRCH;
+}
+
+/* As embedded_redis_start(), trying another port when the TCP one was taken meanwhile. */
+static int redis_first_start(struct embedded *e)
+{
+	int rc = DSP_ESERVICE;
+
+	for (int attempt = 0; attempt < 3; attempt++) {
+		if (attempt > 0)
+			e->redis_port = free_port_except(e->pg_port);
+		rc = embedded_redis_start(e);
+		if (rc == 0 || !e->tcp)
+			break;
+	}
+	return rc;
 }
 
 static int make_dir(struct embedded *e)
@@ -507,7 +592,7 @@ static int make_dir(struct embedded *e)
 static int pick_ports(struct embedded *e, const struct embedded_options *opts)
 {
 	e->pg_port = opts->tcp ? free_port() : 5432;
-	e->redis_port = opts->tcp ? free_port() : 0;
+	e->redis_port = opts->tcp ? free_port_except(e->pg_port) : 0;
 	if (e->pg_port < 0 || e->redis_port < 0) {
 		log_error(LOG_EMBED, "no free loopback port");
 		return DSP_ESERVICE;
@@ -535,7 +620,7 @@ int embedded_start(struct embedded *e, const struct embedded_options *opts)
 	if (rc == 0 && opts->postgres)
 		rc = pg_first_start(e);
 	if (rc == 0 && opts->redis)
-		rc = embedded_redis_start(e);
+		rc = redis_first_start(e);
 	if (rc < 0) {
 		embedded_stop(e);
 		return DSP_ESERVICE;

@@ -4,9 +4,11 @@
  * temporary directory: PostgreSQL's data directory (initdb, trust auth, fsync off), both unix
  * sockets, and the servers' logs. PostgreSQL listens on a unix socket and, with tcp set, on a
  * free loopback port; Redis likewise (maxmemory-policy noeviction, no persistence). Either
- * server can be stopped and started again in the middle of a test. As root, PostgreSQL runs as
+ * server can be stopped and started again in the middle of a test. As root, both servers run as
  * the unprivileged user "dispatcher-embed" (created when missing, else "postgres", else
- * "nobody").
+ * "nobody"). PostgreSQL trusts its private unix socket only; loopback TCP logins need the
+ * generated password (scram-sha-256). Each server runs in its own process group, so a stop
+ * reaches its children too.
  *
  * Teardown is guaranteed: a guardian process, in its own session, holds the read end of a pipe
  * whose write end only this process has. When this process exits for any reason (returns,
@@ -30,14 +32,18 @@ struct embedded_options {
 };
 
 struct embedded {
-	char dir[128];		/* the private directory */
-	char database_url[512]; /* libpq connection string of the "dispatcher" database */
-	char redis_url[256];	/* unix:///.../redis.sock */
-	int pg_port;		/* TCP port (also names the unix socket) */
-	int redis_port;		/* TCP port, 0 when tcp is off */
-	pid_t pg_pid;		/* postmaster, 0 when stopped */
-	pid_t redis_pid;	/* redis-server, 0 when stopped */
-	uid_t pg_uid;		/* user PostgreSQL runs as */
+	char dir[128];		    /* the private directory */
+	char database_url[512];	    /* libpq connection string of the "dispatcher" database (unix
+				 * socket, trust) */
+	char database_url_tcp[512]; /* the same over loopback TCP with the password; "" without
+				     * tcp */
+	char pg_password[33];	    /* the superuser's generated password (TCP logins only) */
+	char redis_url[256];	    /* unix:///.../redis.sock */
+	int pg_port;		    /* TCP port (also names the unix socket) */
+	int redis_port;		    /* TCP port, 0 when tcp is off */
+	pid_t pg_pid;		    /* postmaster, 0 when stopped */
+	pid_t redis_pid;	    /* redis-server, 0 when stopped */
+	uid_t pg_uid;		    /* user PostgreSQL runs as */
 	gid_t pg_gid;
 	bool tcp;
 	int guardian_fd; /* write end of the guardian's pipe, -1 when none */
@@ -45,7 +51,8 @@ struct embedded {
 };
 
 /* Creates the directory, starts the guardian and the requested servers, waits until each
- * answers (PostgreSQL: a "dispatcher" database exists; Redis: PING answers PONG). Returns 0, or
+ * answers (PostgreSQL: a "dispatcher" database exists; Redis: PING answers PONG). With tcp, a
+ * port taken between its choice and the server's bind is replaced (three tries). Returns 0, or
  * DSP_ESERVICE with the reason logged (and the server's log tail printed) after undoing what it
  * did. */
 int embedded_start(struct embedded *e, const struct embedded_options *opts);

@@ -65,6 +65,7 @@ struct pg_conn {
 static void start_connect(struct pg_conn *conn);
 static void poll_cb(uv_poll_t *handle, int status, int events);
 static void pump(struct pg_conn *conn);
+static void query_deadline_cb(uv_timer_t *t);
 
 static void poll_closed_cb(uv_handle_t *h)
 {
@@ -114,8 +115,20 @@ static void request_free(struct request *req)
 static void complete(struct pg_conn *conn, struct request *req, int status)
 {
 	conn->stats.queries++;
-	req->cb(conn, status, req->result, req->data);
+	/* A transport error carries no result, even when a FATAL message came before the end. */
+	req->cb(conn, status, status < 0 && status != DSP_EPG ? NULL : req->result, req->data);
 	request_free(req);
+}
+
+static void notice_cb(void *arg, const char *message)
+{
+	(void)arg;
+	log_debug(LOG_PG, "server notice: %.*s", (int)strcspn(message, "\n"), message);
+}
+
+void pg_route_notices(PGconn *pg)
+{
+	PQsetNoticeProcessor(pg, notice_cb, NULL);
 }
 
 static void reconnect_cb(uv_timer_t *t)
@@ -133,8 +146,10 @@ static void schedule_reconnect(struct pg_conn *conn)
 	uv_timer_start(&conn->retry_timer, reconnect_cb, delay, 0);
 }
 
-/* Tears the connection down and fails what was waiting on it. */
-static void lost(struct pg_conn *conn, const char *why)
+/* Tears the connection down and fails what was waiting on it: the request in flight with
+ * inflight_status, the queued ones with -ENOTCONN. The state is down before any callback runs,
+ * so a callback that sends again is refused at once. */
+static void lost_with(struct pg_conn *conn, const char *why, int inflight_status)
 {
 	bool was_up = conn->state == ST_UP;
 	struct request *inflight = conn->inflight;
@@ -152,12 +167,14 @@ static void lost(struct pg_conn *conn, const char *why)
 	if (was_up) {
 		conn->stats.disconnects++;
 		log_warn(LOG_PG, "connection lost: %s", why);
-	} else {
-		log_debug(LOG_PG, "connect failed: %s", why);
+	} else if ((conn->backoff.attempt & (conn->backoff.attempt - 1)) == 0) {
+		/* Never up: say so at the 1st, 2nd, 4th, 8th... failed attempt, so a wrong
+		 * DATABASE_URL is visible without flooding the log. */
+		log_warn(LOG_PG, "cannot connect (attempt %u): %s", conn->backoff.attempt + 1, why);
 	}
 	schedule_reconnect(conn);
 	if (inflight)
-		complete(conn, inflight, -ECONNRESET);
+		complete(conn, inflight, inflight_status);
 	while (queue) {
 		struct request *next = queue->next;
 		complete(conn, queue, -ENOTCONN);
@@ -165,6 +182,11 @@ static void lost(struct pg_conn *conn, const char *why)
 	}
 	if (was_up && conn->state != ST_CLOSED && conn->opts.state_cb)
 		conn->opts.state_cb(conn, false, conn->opts.data);
+}
+
+static void lost(struct pg_conn *conn, const char *why)
+{
+	lost_with(conn, why, -ECONNRESET);
 }
 
 static void lost_pq(struct pg_conn *conn)
@@ -189,14 +211,23 @@ static void become_up(struct pg_conn *conn)
 	pump(conn);
 }
 
+static void deferred_lost_cb(uv_timer_t *t)
+{
+	struct pg_conn *conn = t->data;
+
+	if (conn->state == ST_UP || conn->state == ST_PREPARING)
+		lost_pq(conn);
+}
+
 /* After a send: flush what libpq buffered and watch for the answer (and for writability while
- * the send is not all out). */
+ * the send is not all out). A failure tears the connection down from the next loop turn, never
+ * from inside the caller (pg_conn_exec() must not run callbacks before it returns). */
 static void flush_and_watch(struct pg_conn *conn)
 {
 	int r = PQflush(conn->pg);
 
 	if (r < 0 || watch(conn, UV_READABLE | (r == 1 ? UV_WRITABLE : 0), false) < 0)
-		lost_pq(conn);
+		uv_timer_start(&conn->retry_timer, deferred_lost_cb, 0, 0);
 }
 
 static void prepare_next(struct pg_conn *conn)
@@ -261,6 +292,7 @@ static void start_connect(struct pg_conn *conn)
 		lost_pq(conn);
 		return;
 	}
+	pg_route_notices(conn->pg);
 	conn->state = ST_CONNECTING;
 	uv_timer_start(&conn->retry_timer, connect_deadline_cb, conn->opts.connect_timeout_ms, 0);
 	/* libpq: behave as if PQconnectPoll had returned PGRES_POLLING_WRITING. */
@@ -360,27 +392,19 @@ static void query_deadline_cb(uv_timer_t *t)
 
 	if (!req)
 		return;
-	conn->inflight = NULL;
 	conn->stats.timeouts++;
 	log_warn(LOG_PG, "statement timed out after %llu ms; dropping the connection",
 		 (unsigned long long)conn->opts.query_timeout_ms);
-	complete(conn, req, -ETIMEDOUT);
-	if (conn->state == ST_UP)
-		lost(conn, "statement timed out");
+	lost_with(conn, "statement timed out", -ETIMEDOUT);
 }
 
-static void pump(struct pg_conn *conn)
+/* Hands req to libpq and makes it the request in flight. Returns 0; -EINVAL when libpq refused
+ * it on a healthy connection (the request's own fault); -ECONNRESET when the connection is
+ * broken (req is then not in flight). */
+static int send_request(struct pg_conn *conn, struct request *req)
 {
-	struct request *req = conn->head;
 	int ok;
 
-	if (conn->state != ST_UP || conn->inflight || !req)
-		return;
-	conn->head = req->next;
-	if (!conn->head)
-		conn->tail = NULL;
-	conn->queued--;
-	conn->inflight = req;
 	if (req->stmt)
 		ok = PQsendQueryPrepared(conn->pg, req->stmt->name, req->nparams,
 					 (const char *const *)req->values, NULL, NULL, 0);
@@ -388,11 +412,39 @@ static void pump(struct pg_conn *conn)
 		ok = PQsendQueryParams(conn->pg, req->sql, req->nparams, NULL,
 				       (const char *const *)req->values, NULL, NULL, 0);
 	if (!ok) {
-		lost_pq(conn);
-		return;
+		bool healthy = PQstatus(conn->pg) == CONNECTION_OK;
+		log_debug(LOG_PG, "send refused: %s", PQerrorMessage(conn->pg));
+		return healthy ? -EINVAL : -ECONNRESET;
 	}
+	conn->inflight = req;
 	uv_timer_start(&conn->query_timer, query_deadline_cb, conn->opts.query_timeout_ms, 0);
 	flush_and_watch(conn);
+	return 0;
+}
+
+/* Sends the queued requests, one at a time, while the connection is up and idle. */
+static void pump(struct pg_conn *conn)
+{
+	while (conn->state == ST_UP && !conn->inflight && conn->head) {
+		struct request *req = conn->head;
+		conn->head = req->next;
+		if (!conn->head)
+			conn->tail = NULL;
+		conn->queued--;
+		int rc = send_request(conn, req);
+		if (rc == -ECONNRESET) {
+			/* Never sent: back at the head, so it fails with the queue (-ENOTCONN). */
+			req->next = conn->head;
+			conn->head = req;
+			if (!conn->tail)
+				conn->tail = req;
+			conn->queued++;
+			lost_pq(conn);
+			return;
+		}
+		if (rc < 0)
+			complete(conn, req, rc);
+	}
 }
 
 int pg_conn_new(uv_loop_t *loop, const struct pg_conn_options *opts, struct pg_conn **out)
@@ -487,6 +539,8 @@ static int enqueue(struct pg_conn *conn, const struct statement *stmt, const cha
 		conn->stats.refused++;
 		return -ENOTCONN;
 	}
+	if (nparams < 0 || nparams > 65535 || (nparams > 0 && !values) || (!stmt && !sql))
+		return -EINVAL;
 	if (conn->queued >= conn->opts.max_queue)
 		return -EAGAIN;
 	struct request *req = calloc(1, sizeof(*req));
@@ -499,13 +553,22 @@ static int enqueue(struct pg_conn *conn, const struct statement *stmt, const cha
 		request_free(req);
 		return -ENOMEM;
 	}
+	if (!conn->inflight && !conn->head) {
+		/* Idle: send now. A refusal is returned; no callback is owed. */
+		int rc = send_request(conn, req);
+		if (rc < 0) {
+			request_free(req);
+			if (rc == -ECONNRESET)
+				uv_timer_start(&conn->retry_timer, deferred_lost_cb, 0, 0);
+		}
+		return rc;
+	}
 	if (conn->tail)
 		conn->tail->next = req;
 	else
 		conn->head = req;
 	conn->tail = req;
 	conn->queued++;
-	pump(conn);
 	return 0;
 }
 

@@ -28,8 +28,9 @@ struct pg_conn;
 
 /* status: 0 when the statement succeeded (res is PGRES_COMMAND_OK or PGRES_TUPLES_OK);
  * DSP_EPG when PostgreSQL reported an error (res holds it: PQresultErrorField(res,
- * PG_DIAG_SQLSTATE)); a negative errno with res NULL on a transport error. res is borrowed:
- * valid only during the callback. */
+ * PG_DIAG_SQLSTATE)); a negative errno with res NULL on a transport error (-ECONNRESET,
+ * -ENOTCONN, -ETIMEDOUT, -ECANCELED) or when libpq refused a queued statement (-EINVAL). res is
+ * borrowed: valid only during the callback. */
 typedef void (*pg_result_cb)(struct pg_conn *conn, int status, const PGresult *res, void *data);
 
 /* Called on each transition: up once connected and every statement prepared; down when an up
@@ -66,8 +67,11 @@ int pg_conn_prepare(struct pg_conn *conn, const char *name, const char *sql, int
 /* Starts connecting. Returns 0 or -EBUSY if already started. */
 int pg_conn_start(struct pg_conn *conn);
 
-/* Queues a statement with text parameters (copied; NULL values are SQL NULL). Returns 0,
- * -ENOTCONN while down, -EAGAIN when the queue is full, -ESHUTDOWN after close, -ENOMEM. */
+/* Queues a statement with text parameters (copied; NULL values are SQL NULL); sends it at once
+ * when the connection is idle. Returns 0, -EINVAL (nparams outside 0..65535, or libpq refused
+ * the statement itself), -ENOTCONN while down,
+ * -ECONNRESET (the connection broke as it was sent; it is re-made), -EAGAIN when the queue is
+ * full, -ESHUTDOWN after close, -ENOMEM. Never calls a callback before returning. */
 int pg_conn_exec(struct pg_conn *conn, const char *sql, int nparams, const char *const *values,
 		 pg_result_cb cb, void *data);
 
@@ -81,6 +85,10 @@ bool pg_conn_is_up(const struct pg_conn *conn);
 
 /* Counters since creation. */
 void pg_conn_get_stats(const struct pg_conn *conn, struct pg_conn_stats *out);
+
+/* Routes the server's NOTICE/WARNING messages on pg (any libpq connection, borrowed) into the
+ * JSON log at debug level instead of libpq's raw lines on stderr. */
+void pg_route_notices(PGconn *pg);
 
 /* Stops reconnecting, completes every request with -ECANCELED, closes the connection, and frees
  * conn once its libuv handles are closed (then calls closed_cb, which may be NULL). */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 enum state {
 	ST_DOWN,       /* waiting for the reconnect timer */
@@ -140,8 +141,11 @@ static void lost(struct redis_conn *conn, const char *why)
 			 conn->path[0] ? conn->path : conn->host, why);
 	} else {
 		conn->stats.failed_connects++;
-		log_debug(LOG_REDIS, "connect to %s failed: %s",
-			  conn->path[0] ? conn->path : conn->host, why);
+		/* Never up: the 1st, 2nd, 4th, 8th... failure at warn, the others at debug. */
+		unsigned n = conn->backoff.attempt;
+		LOG_AT((n & (n - 1)) == 0 ? LOG_WARN : LOG_DEBUG, LOG_REDIS, NULL,
+		       "connect to %s failed (attempt %u): %s",
+		       conn->path[0] ? conn->path : conn->host, n + 1, why);
 	}
 	schedule_reconnect(conn);
 	if (was_up && conn->opts.state_cb)
@@ -366,9 +370,24 @@ int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struc
 	return 0;
 }
 
+/* Whether a command name (len bytes) is one whose callback hiredis calls more than once
+ * (subscriptions, MONITOR): this layer frees its request at the first reply. */
+static bool streaming(const char *name, size_t len)
+{
+	static const char *const names[] = { "subscribe", "psubscribe", "ssubscribe", "monitor" };
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (len == strlen(names[i]) && strncasecmp(name, names[i], len) == 0)
+			return true;
+	}
+	return false;
+}
+
 int redis_conn_command_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int argc,
 			    const char **argv, const size_t *argvlen)
 {
+	if (argc < 1 || streaming(argv[0], argvlen ? argvlen[0] : strlen(argv[0])))
+		return -EINVAL;
 	if (conn->state == ST_CLOSED)
 		return -ESHUTDOWN;
 	if (conn->state != ST_UP) {
@@ -390,7 +409,10 @@ int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, c
 {
 	va_list ap;
 	char *cmd = NULL;
+	size_t skip = strspn(fmt, " ");
 
+	if (streaming(fmt + skip, strcspn(fmt + skip, " ")))
+		return -EINVAL;
 	va_start(ap, fmt);
 	int len = redisvFormatCommand(&cmd, fmt, ap);
 	va_end(ap);

@@ -52,7 +52,8 @@ struct redis_conn_stats {
 int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struct redis_conn **out);
 
 /* Sends a command given as argv (copied by hiredis). Returns 0, -ENOTCONN while down,
- * -ESHUTDOWN after close, -ENOMEM. */
+ * -ESHUTDOWN after close, -ENOMEM, or -EINVAL for SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE and MONITOR,
+ * whose replies keep coming (this layer answers each command exactly once). */
 int redis_conn_command_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int argc,
 			    const char **argv, const size_t *argvlen);
 

@@ -3,6 +3,7 @@
 #include "embedded_file.h"
 #include "error.h"
 #include "log.h"
+#include "pg_conn.h"
 
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -240,6 +241,7 @@ int migrate_main(const struct settings *s, bool status_only)
 		PQfinish(conn);
 		return 1;
 	}
+	pg_route_notices(conn);
 	PGresult *res = PQexec(conn, "SET application_name = 'dispatcher migrate'");
 	PQclear(res);
 	rc = status_only ? migrate_status(conn, &r) : migrate_apply(conn, &r);

@@ -24,7 +24,7 @@ INSERT INTO system_settings DEFAULT VALUES;
 -- Leases with fencing versions: the refresher (C5) and the reconciler (C11) are elected here.
 -- A holder's version only grows; the gate keeps only floors stamped with a newer version.
 CREATE TABLE leases (
-    name        text PRIMARY KEY CHECK (name IN ('refresher', 'reconciler')),
+    name        text PRIMARY KEY CHECK (name ~ '^[a-z][a-z_]{0,62}$'),  -- one row per elected job
     owner       text,
     version     bigint NOT NULL DEFAULT 0,
     lease_until timestamptz NOT NULL DEFAULT '-infinity'
@@ -110,11 +110,12 @@ CREATE TABLE batches (
 CREATE INDEX batches_campaign_idx ON batches (campaign_id);
 
 CREATE TYPE contact_state AS ENUM
-    ('pending', 'claimed', 'dialing', 'live', 'done', 'failed', 'cancelled');
+    ('pending', 'claimed', 'dialing', 'live', 'done', 'failed', 'cancelled', 'held');
 
 -- The queue. pending -> claimed (lease) -> dialing (call row written) -> live -> done/failed,
 -- or back to pending (slot wait expired, lease lost without a call row, a retried outcome), or
--- cancelled (batch stopped). next_attempt_at is the single scheduling input (SPEC §7).
+-- cancelled (batch stopped), or held (batch paused: one UPDATE through contacts_batch_state_idx
+-- moves its pending contacts to held and back, so the dialable index stays pending-only). next_attempt_at is the single scheduling input (SPEC §7).
 -- attempts counts calls that reached an outcome (D5); tries counts re-sends and throttled
 -- retries within one call (D2).
 CREATE TABLE contacts (
@@ -135,7 +136,8 @@ CREATE TABLE contacts (
     last_error      text,
     created_at      timestamptz NOT NULL DEFAULT now(),
     updated_at      timestamptz NOT NULL DEFAULT now(),
-    FOREIGN KEY (org_id, campaign_id, batch_id) REFERENCES batches (org_id, campaign_id, id),
+    FOREIGN KEY (org_id, campaign_id, batch_id) REFERENCES batches (org_id, campaign_id, id)
+        ON DELETE CASCADE,
     CHECK (state <> 'claimed' OR (lease_token IS NOT NULL AND lease_until IS NOT NULL))
 );
 -- "The next dialable contacts of campaign X": an index range scan on (campaign, due time),
@@ -159,7 +161,7 @@ CREATE TABLE calls (
     org_id           text NOT NULL,
     campaign_id      text,               -- NULL: a direct dial (the org's direct pseudo-campaign)
     agent_id         text NOT NULL,
-    contact_id       bigint REFERENCES contacts (id),
+    contact_id       bigint REFERENCES contacts (id) ON DELETE SET NULL,  -- history outlives it
     attempt          integer NOT NULL DEFAULT 1 CHECK (attempt >= 1),
     tries            integer NOT NULL DEFAULT 0 CHECK (tries >= 0),
     to_number        text NOT NULL CHECK (to_number ~ '^\+[1-9][0-9]{6,14}$'),
@@ -183,6 +185,9 @@ CREATE INDEX calls_live_org_idx ON calls (org_id, campaign_id, agent_id)
     WHERE state IN ('dialing', 'live', 'unknown');
 CREATE INDEX calls_live_age_idx ON calls (created_at) WHERE state IN ('dialing', 'live', 'unknown');
 CREATE INDEX calls_contact_idx ON calls (contact_id);
+-- The backstop of D1/C9: a contact never has two live calls, whatever a fencing bug does.
+CREATE UNIQUE INDEX calls_one_live_per_contact ON calls (contact_id)
+    WHERE state IN ('dialing', 'live', 'unknown') AND contact_id IS NOT NULL;
 CREATE UNIQUE INDEX calls_provider_idx ON calls (provider_call_id) WHERE provider_call_id IS NOT NULL;
 -- Retention pruning (default 30 days, SPEC §7).
 CREATE INDEX calls_ended_idx ON calls (ended_at) WHERE state = 'ended';
@@ -222,9 +227,11 @@ CREATE INDEX dial_attempts_call_idx ON dial_attempts (call_id);
 CREATE INDEX dial_attempts_created_idx ON dial_attempts (created_at);
 
 -- Floors installed by the refresher (C5), kept in PostgreSQL too for the postgres gate mode
--- (C11). One row per (org, campaign); the direct pseudo-campaign has campaign_id '' .
+-- (C11). One row per (org, campaign). The direct pseudo-campaign is campaign_id '' here and
+-- NULL in calls (a direct dial has no campaign): join with coalesce(calls.campaign_id, '').
+-- Real campaign ids can never be '' (their CHECK), so the two cannot collide.
 CREATE TABLE fair_share_floors (
-    org_id        text NOT NULL,
+    org_id        text NOT NULL REFERENCES organisations (id) ON DELETE CASCADE,
     campaign_id   text NOT NULL,
     floor         integer NOT NULL CHECK (floor >= 0),
     deficit       double precision NOT NULL DEFAULT 0,

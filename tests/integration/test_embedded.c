@@ -80,6 +80,59 @@ static void start_restart_stop(void **state)
 	embedded_stop(&e); /* twice is harmless */
 }
 
+static bool file_has(const char *path, const char *needle)
+{
+	static char buf[1 << 16];
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+
+	if (f)
+		fclose(f);
+	buf[n] = '\0';
+	return strstr(buf, needle) != NULL;
+}
+
+/* TCP needs the generated password; a stopped (SIGSTOP) server still shuts down cleanly; as
+ * root neither server runs as root. */
+static void tcp_auth_stopped_server_and_users(void **state)
+{
+	struct embedded e;
+	char url[600], log[256];
+	struct stat st;
+
+	fixture_start(&e, true, true, true, false);
+	assert_true(e.database_url_tcp[0] != '\0');
+	assert_int_equal(PQping(e.database_url_tcp), PQPING_OK);
+	PGconn *c = PQconnectdb(e.database_url_tcp);
+	assert_int_equal(PQstatus(c), CONNECTION_OK);
+	PQfinish(c);
+	snprintf(url, sizeof(url),
+		 "host=127.0.0.1 port=%d user=dispatcher dbname=dispatcher "
+		 "password=wrong",
+		 e.pg_port);
+	c = PQconnectdb(url);
+	assert_int_equal(PQstatus(c), CONNECTION_BAD); /* no trust over TCP */
+	PQfinish(c);
+
+	if (geteuid() == 0) {
+		char proc[64];
+		snprintf(proc, sizeof(proc), "/proc/%d", (int)e.redis_pid);
+		assert_int_equal(stat(proc, &st), 0);
+		assert_true(st.st_uid != 0);
+		snprintf(proc, sizeof(proc), "/proc/%d", (int)e.pg_pid);
+		assert_int_equal(stat(proc, &st), 0);
+		assert_true(st.st_uid != 0);
+	}
+
+	/* A test that stopped the server and failed before SIGCONT: the stop still is a clean
+	 * fast shutdown (the log says so), not a kill after a timeout. */
+	assert_int_equal(embedded_pg_signal(&e, SIGSTOP), 0);
+	assert_int_equal(embedded_pg_stop(&e), 0);
+	snprintf(log, sizeof(log), "%s/postgres.log", e.dir);
+	assert_true(file_has(log, "database system is shut down"));
+	embedded_stop(&e);
+}
+
 /* A child starts the services, reports them, and is killed with SIGKILL: the guardian must stop
  * both servers and remove the directory. */
 static void killed_caller_leaves_nothing(void **state)
@@ -128,6 +181,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(start_restart_stop),
+		cmocka_unit_test(tcp_auth_stopped_server_and_users),
 		cmocka_unit_test(killed_caller_leaves_nothing),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

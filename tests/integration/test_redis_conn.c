@@ -133,6 +133,13 @@ static void commands_and_errors(void **state)
 	assert_int_equal(command(&loop, c, &p, "INCRBY", "k", "1", NULL), 0);
 	assert_int_equal(p.type, REDIS_REPLY_ERROR); /* the command's own answer, status 0 */
 
+	/* Commands whose replies keep coming are refused: each command gets one callback. */
+	const char *sub[] = { "Subscribe", "ch" };
+	assert_int_equal(redis_conn_command_argv(c, reply_cb, &p, 2, sub, NULL), -EINVAL);
+	assert_int_equal(redis_conn_command(c, reply_cb, &p, "PSUBSCRIBE %s", "c*"), -EINVAL);
+	assert_int_equal(redis_conn_command(c, reply_cb, &p, "MONITOR"), -EINVAL);
+	assert_int_equal(command(&loop, c, &p, "PUBLISH", "ch", "x", NULL), 0); /* still fine */
+
 	int want = p.calls + 1000;
 	for (int i = 0; i < 1000; i++)
 		assert_int_equal(redis_conn_command(c, reply_cb, &p, "INCR %s", "n"), 0);
@@ -153,7 +160,7 @@ static void pause_hits_deadline_then_recovers(void **state)
 
 	uv_loop_init(&loop);
 	struct redis_conn *admin = open_conn(&loop, svc.redis_url, &admin_p, 5000);
-	struct redis_conn *c = open_conn(&loop, svc.redis_url, &p, 200);
+	struct redis_conn *c = open_conn(&loop, svc.redis_url, &p, 1000);
 	fixture_run_until(&loop, is_up, admin, 60000);
 	fixture_run_until(&loop, is_up, c, 60000);
 
@@ -226,22 +233,48 @@ static void close_cancels_pending(void **state)
 	fixture_loop_close(&loop);
 }
 
+static bool two_failures(void *arg)
+{
+	struct redis_conn_stats st;
+	redis_conn_get_stats(arg, &st);
+	return st.failed_connects >= 2;
+}
+
 static void refused_connect_keeps_trying(void **state)
 {
 	uv_loop_t loop;
+	uv_tcp_t bound;
+	struct sockaddr_in addr;
+	int len = sizeof(addr);
 	struct probe p = { 0 };
 	char url[64];
 
-	/* Nothing listens on this port: every attempt is refused, reported to hiredis via the
-	 * adapter (the case Debian's adapter drops), and retried. */
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", svc.redis_port + 1);
+	/* A port this test holds bound but never listens on: every connect is refused (hiredis'
+	 * non-blocking connect reports it through the adapter), and retried. Deadlines of a minute:
+	 * the failures must be seen, not waited out. */
 	uv_loop_init(&loop);
-	struct redis_conn *c = open_conn(&loop, url, &p, 1000);
-	for (int i = 0; i < 20; i++)
-		uv_run(&loop, UV_RUN_ONCE);
+	uv_tcp_init(&loop, &bound);
+	uv_ip4_addr("127.0.0.1", 0, &addr);
+	assert_int_equal(uv_tcp_bind(&bound, (struct sockaddr *)&addr, 0), 0);
+	uv_tcp_getsockname(&bound, (struct sockaddr *)&addr, &len);
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", ntohs(addr.sin_port));
+	struct redis_conn_options o = {
+		.url = url,
+		.connect_timeout_ms = 60000,
+		.command_timeout_ms = 60000,
+		.reconnect_min_ms = 10,
+		.reconnect_max_ms = 20,
+		.state_cb = state_cb,
+		.data = &p,
+	};
+	struct redis_conn *c;
+	assert_int_equal(redis_conn_new(&loop, &o, &c), 0);
+	fixture_run_until(&loop, two_failures, c, 30000);
 	assert_false(redis_conn_is_up(c));
 	assert_int_equal(p.ups + p.downs, 0);
+	assert_int_equal(redis_conn_command(c, reply_cb, &p, "PING"), -ENOTCONN);
 	redis_conn_close(c, NULL, NULL);
+	uv_close((uv_handle_t *)&bound, NULL);
 	fixture_loop_close(&loop);
 }
 
@@ -283,13 +316,6 @@ static void rst_accept_cb(uv_stream_t *server, int status)
 	uv_read_start((uv_stream_t *)client, rst_alloc_cb, rst_read_cb);
 }
 
-static bool failed_once(void *arg)
-{
-	struct redis_conn_stats st;
-	redis_conn_get_stats(arg, &st);
-	return st.failed_connects >= 2;
-}
-
 static void reset_by_peer_is_seen(void **state)
 {
 	uv_loop_t loop;
@@ -318,7 +344,7 @@ static void reset_by_peer_is_seen(void **state)
 	};
 	struct redis_conn *c;
 	assert_int_equal(redis_conn_new(&loop, &o, &c), 0);
-	fixture_run_until(&loop, failed_once, c, 30000);
+	fixture_run_until(&loop, two_failures, c, 30000);
 	assert_false(redis_conn_is_up(c));
 	redis_conn_close(c, NULL, NULL);
 	uv_close((uv_handle_t *)&server, NULL);

@@ -138,6 +138,42 @@ static void contact_constraints(void **state)
 
 /* Loads 120,000 contacts over 6 campaigns (two thirds pending, the rest done or failed, due
  * times spread over a day) and asserts the claim and due-count plans. */
+/* At most one live call per contact; deleting an organisation removes its whole tree and keeps
+ * no dangling call references. */
+static void live_call_backstop_and_deletes(void **state)
+{
+	PQclear(fixture_sql(
+		db,
+		"INSERT INTO organisations (id, name) VALUES ('org_x', 'X');"
+		"INSERT INTO agents (id, org_id) VALUES ('agent_x', 'org_x');"
+		"INSERT INTO campaigns (id, org_id, agent_id) VALUES ('cmp_x', 'org_x', 'agent_x');"
+		"INSERT INTO batches (id, org_id, campaign_id) VALUES ('batch_x', 'org_x', "
+		"'cmp_x');"
+		"INSERT INTO contacts (org_id, campaign_id, batch_id, phone) VALUES "
+		"('org_x', 'cmp_x', 'batch_x', '+14155550199');"
+		"INSERT INTO calls (id, org_id, campaign_id, agent_id, contact_id, to_number, "
+		"gate_mode, gate_epoch) SELECT gen_random_uuid(), 'org_x', 'cmp_x', 'agent_x', id, "
+		"phone, 'redis', 1 FROM contacts WHERE org_id = 'org_x'"));
+	/* A second live call for the same contact is refused... */
+	assert_false(
+		accepted("INSERT INTO calls (id, org_id, campaign_id, agent_id, contact_id, "
+			 "to_number, gate_mode, gate_epoch) SELECT gen_random_uuid(), 'org_x', "
+			 "'cmp_x', 'agent_x', id, phone, 'redis', 1 FROM contacts WHERE org_id = "
+			 "'org_x'"));
+	/* ...once the first has ended, the next attempt may be written. */
+	assert_true(
+		accepted("UPDATE calls SET state = 'ended', ended_at = now() WHERE org_id = "
+			 "'org_x'; INSERT INTO calls (id, org_id, campaign_id, agent_id, "
+			 "contact_id, attempt, to_number, gate_mode, gate_epoch) SELECT "
+			 "gen_random_uuid(), 'org_x', 'cmp_x', 'agent_x', id, 2, phone, 'redis', 1 "
+			 "FROM contacts WHERE org_id = 'org_x'"));
+	PQclear(fixture_sql(db, "DELETE FROM organisations WHERE id = 'org_x'"));
+	assert_string_equal(value("SELECT count(*) FROM contacts WHERE org_id = 'org_x'"), "0");
+	assert_string_equal(value("SELECT count(*) FROM calls WHERE org_id = 'org_x' AND "
+				  "contact_id IS NULL"),
+			    "1");
+}
+
 static void next_dialable_is_an_index_range_scan(void **state)
 {
 	PQclear(fixture_sql(db,
@@ -221,6 +257,7 @@ int main(void)
 		cmocka_unit_test(spec_defaults),
 		cmocka_unit_test(limits_at_below_above),
 		cmocka_unit_test(contact_constraints),
+		cmocka_unit_test(live_call_backstop_and_deletes),
 		cmocka_unit_test(next_dialable_is_an_index_range_scan),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
