@@ -384,25 +384,39 @@ static int pg_spawn(struct embedded *e)
 	return 0;
 }
 
-static int pg_wait_ready(struct embedded *e, const char *conninfo)
+/* Polls answers(arg) until it is true. When the server *pid (tag: its name for the guardian,
+ * "pg" or "redis") exits or the deadline passes, prints its log, kills and reaps it, and returns
+ * DSP_ESERVICE. */
+static int wait_ready(struct embedded *e, pid_t *pid, const char *tag, const char *log_name,
+		      bool (*answers)(const void *arg), const void *arg)
 {
 	long long deadline = now_ms() + READY_TIMEOUT_MS;
 	char log[256];
 
-	path_in(e, log, sizeof(log), "postgres.log");
-	while (PQping(conninfo) != PQPING_OK) {
-		if (!alive(e->pg_pid) || now_ms() > deadline) {
-			log_error(LOG_EMBED, "PostgreSQL did not start");
+	while (!answers(arg)) {
+		if (!alive(*pid) || now_ms() > deadline) {
+			path_in(e, log, sizeof(log), log_name);
+			log_error(LOG_EMBED, "%s server did not start", tag);
 			print_log_tail(log);
-			kill(-e->pg_pid, SIGKILL);
-			reap(e->pg_pid, 30000);
-			e->pg_pid = 0;
-			guardian_tell(e, "pg", 0);
+			kill(-*pid, SIGKILL);
+			reap(*pid, 30000);
+			*pid = 0;
+			guardian_tell(e, tag, 0);
 			return DSP_ESERVICE;
 		}
-		sleep_ms(20);
+		sleep_ms(10);
 	}
 	return 0;
+}
+
+static bool pg_answers(const void *conninfo)
+{
+	return PQping(conninfo) == PQPING_OK;
+}
+
+static int pg_wait_ready(struct embedded *e, const char *conninfo)
+{
+	return wait_ready(e, &e->pg_pid, "pg", "postgres.log", pg_answers, conninfo);
 }
 
 static int pg_create_database(struct embedded *e)
@@ -493,7 +507,7 @@ static int redis_spawn(struct embedded *e)
 	return 0;
 }
 
-static bool redis_pings(const char *sock)
+static bool redis_pings(const void *sock)
 {
 	struct timeval tv = { 0, 200000 };
 	redisContext *c = redisConnectUnixWithTimeout(sock, tv);
@@ -512,8 +526,7 @@ static bool redis_pings(const char *sock)
 
 int embedded_redis_start(struct embedded *e)
 {
-	char sock[256], log[256];
-	long long deadline = now_ms() + READY_TIMEOUT_MS;
+	char sock[256];
 
 	if (e->redis_pid)
 		return 0;
@@ -521,20 +534,7 @@ int embedded_redis_start(struct embedded *e)
 	if (rc < 0)
 		return rc;
 	path_in(e, sock, sizeof(sock), "redis.sock");
-	path_in(e, log, sizeof(log), "redis.log");
-	while (!redis_pings(sock)) {
-		if (!alive(e->redis_pid) || now_ms() > deadline) {
-			log_error(LOG_EMBED, "Redis did not start");
-			print_log_tail(log);
-			kill(-e->redis_pid, SIGKILL);
-			reap(e->redis_pid, 30000);
-			e->redis_pid = 0;
-			guardian_tell(e, "redis", 0);
-			return DSP_ESERVICE;
-		}
-		sleep_ms(10);
-	}
-	return 0;
+	return wait_ready(e, &e->redis_pid, "redis", "redis.log", redis_pings, sock);
 }
 
 int embedded_redis_stop(struct embedded *e)

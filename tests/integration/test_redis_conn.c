@@ -54,14 +54,15 @@ static bool is_down(void *arg)
 	return !redis_conn_is_up(arg);
 }
 
-static struct redis_conn *open_conn(uv_loop_t *loop, const char *url, struct probe *p,
-				    uint64_t timeout_ms)
+/* A connection with the given connect and command deadlines and fast reconnects. */
+static struct redis_conn *open_conn_at(uv_loop_t *loop, const char *url, struct probe *p,
+				       uint64_t connect_ms, uint64_t command_ms)
 {
 	struct redis_conn_options o = {
 		.url = url,
-		.connect_timeout_ms = 5000,
-		.command_timeout_ms = timeout_ms,
-		.reconnect_min_ms = 20,
+		.connect_timeout_ms = connect_ms,
+		.command_timeout_ms = command_ms,
+		.reconnect_min_ms = 10,
 		.reconnect_max_ms = 200,
 		.state_cb = state_cb,
 		.data = p,
@@ -70,6 +71,12 @@ static struct redis_conn *open_conn(uv_loop_t *loop, const char *url, struct pro
 
 	assert_int_equal(redis_conn_new(loop, &o, &c), 0);
 	return c;
+}
+
+static struct redis_conn *open_conn(uv_loop_t *loop, const char *url, struct probe *p,
+				    uint64_t command_ms)
+{
+	return open_conn_at(loop, url, p, 5000, command_ms);
 }
 
 static int command(uv_loop_t *loop, struct redis_conn *c, struct probe *p, const char *fmt, ...)
@@ -258,17 +265,7 @@ static void refused_connect_keeps_trying(void **state)
 	assert_int_equal(uv_tcp_bind(&bound, (struct sockaddr *)&addr, 0), 0);
 	uv_tcp_getsockname(&bound, (struct sockaddr *)&addr, &len);
 	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", ntohs(addr.sin_port));
-	struct redis_conn_options o = {
-		.url = url,
-		.connect_timeout_ms = 60000,
-		.command_timeout_ms = 60000,
-		.reconnect_min_ms = 10,
-		.reconnect_max_ms = 20,
-		.state_cb = state_cb,
-		.data = &p,
-	};
-	struct redis_conn *c;
-	assert_int_equal(redis_conn_new(&loop, &o, &c), 0);
+	struct redis_conn *c = open_conn_at(&loop, url, &p, 60000, 60000);
 	fixture_run_until(&loop, two_failures, c, 30000);
 	assert_false(redis_conn_is_up(c));
 	assert_int_equal(p.ups + p.downs, 0);
@@ -333,17 +330,7 @@ static void reset_by_peer_is_seen(void **state)
 	uv_tcp_getsockname(&server, (struct sockaddr *)&addr, &len);
 	snprintf(url, sizeof(url), "redis://127.0.0.1:%d", ntohs(addr.sin_port));
 
-	struct redis_conn_options o = {
-		.url = url,
-		.connect_timeout_ms = 60000,
-		.command_timeout_ms = 60000,
-		.reconnect_min_ms = 10,
-		.reconnect_max_ms = 20,
-		.state_cb = state_cb,
-		.data = &p,
-	};
-	struct redis_conn *c;
-	assert_int_equal(redis_conn_new(&loop, &o, &c), 0);
+	struct redis_conn *c = open_conn_at(&loop, url, &p, 60000, 60000);
 	fixture_run_until(&loop, two_failures, c, 30000);
 	assert_false(redis_conn_is_up(c));
 	redis_conn_close(c, NULL, NULL);
