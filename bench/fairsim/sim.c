@@ -310,16 +310,21 @@ struct pick_ctx {
 	struct org *o;
 };
 
-/* The selector's ready callback: the campaign has a contact and the gate grants a slot. */
-static bool ready_cb(void *ctx, uint32_t c)
+/* The selector's ready callback: the campaign has a contact and the gate grants a slot; a
+ * refusal at the org or system level (or by the direct reserve) blocks every campaign alike. */
+static enum drr_ready ready_cb(void *ctx, uint32_t c)
 {
 	struct pick_ctx *p = ctx;
 	struct fairshare_slot slot = { c, p->o->gc[c].agent };
 	struct fairshare_decision d;
 
 	if (!dialable(p->o, c))
-		return false;
-	return fairshare_gate_try(&p->o->g, &p->s->sys, &slot, p->s->now, &d) == 0 && d.admitted;
+		return DRR_NOT_READY;
+	if (fairshare_gate_try(&p->o->g, &p->s->sys, &slot, p->s->now, &d))
+		return DRR_BLOCKED;
+	if (d.admitted)
+		return DRR_READY;
+	return fairshare_gate_blocks_org(&d) ? DRR_BLOCKED : DRR_NOT_READY;
 }
 
 static int fill(struct sim *s, uint32_t oi)

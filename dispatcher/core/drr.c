@@ -82,28 +82,54 @@ int drr_remove(struct drr *d, uint32_t slot)
 	return 0;
 }
 
+/* Restores the `visited` campaigns from `start` on, and the turn, as they were before the call. */
+static void undo(struct drr *d, uint32_t start, bool in_turn, uint32_t visited)
+{
+	uint32_t c = start;
+
+	for (uint32_t i = 0; i < visited; i++) {
+		d->entries[c].deficit = d->entries[c].saved;
+		c = d->entries[c].next;
+	}
+	d->head = start;
+	d->in_turn = in_turn;
+}
+
 int drr_next(struct drr *d, drr_ready_cb *ready, void *ctx, uint32_t *slot)
 {
+	uint32_t start, visits = 0;
+	bool start_in_turn;
+
 	if (!d || !ready || !slot)
 		return -EINVAL;
-	for (uint32_t visits = 0; visits < d->count; visits++) {
+	start = d->head;
+	start_in_turn = d->in_turn;
+	while (visits < d->count) {
 		uint32_t c = d->head;
 		struct drr_entry *e = &d->entries[c];
+		enum drr_ready r;
 
+		e->saved = e->deficit;
+		visits++;
 		if (!d->in_turn) {
 			e->deficit += d->quantum;
 			d->in_turn = true;
 		}
-		if (e->deficit > 0 && ready(ctx, c)) {
+		r = e->deficit > 0 ? ready(ctx, c) : DRR_NOT_READY;
+		if (r == DRR_READY) {
 			if (--e->deficit == 0)
 				advance(d);
 			*slot = c;
 			return 0;
 		}
+		if (r == DRR_BLOCKED)
+			break;
 		/* Could not use (the rest of) its turn: carry the remainder, bounded. */
 		if (e->deficit > d->carry_max)
 			e->deficit = d->carry_max;
 		advance(d);
 	}
+	if (visits)
+		undo(d, start, start_in_turn, visits);
 	return -EAGAIN;
 }

@@ -7,6 +7,15 @@
  * picks are used up, the turn passes to the next campaign; the unused remainder is carried into
  * its next turn, capped at `carry_max`.
  *
+ * The ready callback answers in three ways: DRR_READY (the campaign takes the pick), DRR_NOT_READY
+ * (this campaign cannot: no ready contact, or a level of its own refused) and DRR_BLOCKED (nobody
+ * can: the organisation or the system level is full, or every free line is held for direct
+ * dials; the gate tells it from the refusal's level, fairshare_gate_blocks_org()). A call that
+ * makes no pick — a DRR_BLOCKED answer, or every campaign DRR_NOT_READY — leaves the selector
+ * exactly as it was: the quanta it granted and the carries it trimmed are undone and the turn
+ * stays where it was. So a stretch of "nobody can dial" between freed lines charges nobody and
+ * moves no turn: with alternating "one line free" / "all refused", picks still rotate.
+ *
  * Bounds (tests/unit/test_drr.c checks them):
  *   - A turn starts with at most quantum + carry_max picks; between turns a campaign holds at
  *     most carry_max. A newcomer joins at the end of the current round with 0 carried.
@@ -14,8 +23,9 @@
  *     window of picks their counts differ by at most one quantum. A large old backlog cannot
  *     fill a page: with quantum 1 and two ready campaigns a page alternates.
  *   - drr_next() costs O(1) per pick plus O(1) per campaign whose turn it passes over; it
- *     visits each campaign at most once per call, so a call that finds nobody ready is
- *     O(campaigns) and returns -EAGAIN.
+ *     visits each campaign at most once per call. A DRR_BLOCKED answer ends the call at once
+ *     (one callback when the org is full); a call where every campaign is DRR_NOT_READY is
+ *     O(campaigns). Both return -EAGAIN and change nothing.
  *
  * Pure: no I/O, no allocation (entries are the caller's, indexed by the caller's slot numbers).
  */
@@ -31,6 +41,7 @@ struct drr_entry {
 	uint32_t next;	  /* ring successor (internal) */
 	uint32_t prev;	  /* ring predecessor (internal) */
 	uint32_t deficit; /* picks left in the current turn, or carried into the next */
+	uint32_t saved;	  /* deficit before this call's visit, to undo a call without a pick */
 	bool linked;	  /* on the ring */
 };
 
@@ -44,8 +55,15 @@ struct drr {
 	bool in_turn;		   /* head's quantum has been granted */
 };
 
+/* The ready callback's answer. */
+enum drr_ready {
+	DRR_READY = 0, /* the campaign uses the pick (the caller has taken its slot) */
+	DRR_NOT_READY, /* this campaign cannot use a pick now; its turn passes */
+	DRR_BLOCKED,   /* no campaign can use a pick now (org or system level full) */
+};
+
 /* Whether campaign `slot` can use a pick now. ctx is the caller's, passed through. */
-typedef bool drr_ready_cb(void *ctx, uint32_t slot);
+typedef enum drr_ready drr_ready_cb(void *ctx, uint32_t slot);
 
 /* Initialises d over entries[0..capacity) (borrowed until d is no longer used), with an empty
  * ring. Returns 0 or -EINVAL (NULL entries with a non-zero capacity, quantum 0, capacity equal
@@ -64,9 +82,10 @@ int drr_remove(struct drr *d, uint32_t slot);
 /* True when `slot` is on the ring. */
 bool drr_contains(const struct drr *d, uint32_t slot);
 
-/* Picks the next campaign: returns 0 with *slot set (one pick charged to it), or -EAGAIN when no
- * campaign on the ring is ready (each was offered its turn once and carried its remainder), or
- * -EINVAL. ready is called at most once per campaign per call and must not change the ring. */
+/* Picks the next campaign: returns 0 with *slot set (one pick charged to it, and the turns it
+ * passed over carried), or -EAGAIN when no pick was made (an answer DRR_BLOCKED, or every
+ * campaign DRR_NOT_READY; the selector is left as it was), or -EINVAL. ready is called at most
+ * once per campaign per call and must not change the ring. */
 int drr_next(struct drr *d, drr_ready_cb *ready, void *ctx, uint32_t *slot);
 
 #endif

@@ -38,8 +38,12 @@
  *  R8  A direct dial is admitted when every level has room and either running(direct) <
  *      max(1, floor(direct)) or org_running + 1 + sum of all batch shortfalls <= org_limit; the
  *      direct reserve does not apply to the direct dials themselves.
- *  R9  Floors expired (or never installed): no reservations at all, direct reserve included; the
- *      org limit is first come first served and the gate counts each such decision (fcfs).
+ *  R9  Floors expired (or never installed): no campaign reservations; the org limit is first
+ *      come first served. Waiting direct dials register with the gate itself (C5), not through
+ *      the refresher, and keep their first claim (C10): direct_reserve = min(k, max(1, 0)) =
+ *      min(k, 1), floor(direct) taken as 0. The gate flags every decision taken with
+ *      enforcement on and floors expired (admissions and refusals, any level) as fcfs and
+ *      counts it.
  *  R10 Enforcement off: only the system level refuses; floors are still computed and reported;
  *      effective_limit = running + free system slots, available_now = free system slots,
  *      limited_by says concurrency management is off.

@@ -113,12 +113,12 @@ bool fairshare_gate_floors_valid(const struct fairshare_gate *g, uint64_t now_ms
 
 uint32_t fairshare_gate_direct_reserve(const struct fairshare_gate *g, uint64_t now_ms)
 {
-	uint32_t fd;
+	uint32_t fd = 1; /* floors expired: floor(direct) counts as 0, so max(1, 0) (R9) */
 
-	if (g->direct == FAIRSHARE_NO_CAMPAIGN || g->direct_waiting == 0 ||
-	    !fairshare_gate_floors_valid(g, now_ms))
+	if (g->direct == FAIRSHARE_NO_CAMPAIGN || g->direct_waiting == 0)
 		return 0;
-	fd = g->campaigns[g->direct].floor > 1 ? g->campaigns[g->direct].floor : 1;
+	if (fairshare_gate_floors_valid(g, now_ms) && g->campaigns[g->direct].floor > 1)
+		fd = g->campaigns[g->direct].floor;
 	return g->direct_waiting < fd ? g->direct_waiting : fd;
 }
 
@@ -181,7 +181,9 @@ static void fair_share(const struct fairshare_gate *g, const struct fairshare_sl
 	uint32_t cap = agent_cap(g);
 
 	if (!fairshare_gate_floors_valid(g, now_ms)) {
-		d->fcfs = true;
+		/* First come first served, but waiting direct dials keep one line (R9). */
+		if (s->campaign != g->direct && O1 + fairshare_gate_direct_reserve(g, now_ms) > L)
+			refuse(d, FAIRSHARE_LEVEL_FAIR_SHARE, FAIRSHARE_REASON_DIRECT_RESERVE);
 		return;
 	}
 	if (s->campaign == g->direct) {
@@ -214,15 +216,22 @@ int fairshare_gate_admit(struct fairshare_gate *g, const struct fairshare_system
 	if (!g || !sys || !slot || !d || !slot_ok(g, slot))
 		return -EINVAL;
 	*d = (struct fairshare_decision){ .admitted = true };
+	d->fcfs = g->limits.enforced && !fairshare_gate_floors_valid(g, now_ms);
 	if (!level_full(g, sys, slot, d) && g->limits.enforced)
 		fair_share(g, slot, now_ms, d);
-	if (d->admitted) {
+	g->stats.fcfs += d->fcfs;
+	if (d->admitted)
 		g->stats.admitted++;
-		g->stats.fcfs += d->fcfs;
-	} else {
+	else
 		g->stats.refused[d->level]++;
-	}
 	return 0;
+}
+
+bool fairshare_gate_blocks_org(const struct fairshare_decision *d)
+{
+	return !d->admitted &&
+	       (d->level == FAIRSHARE_LEVEL_SYSTEM || d->level == FAIRSHARE_LEVEL_ORG ||
+		d->reason == FAIRSHARE_REASON_DIRECT_RESERVE);
 }
 
 int fairshare_gate_acquire(struct fairshare_gate *g, struct fairshare_system *sys,

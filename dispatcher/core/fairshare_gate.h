@@ -23,7 +23,11 @@
  *                <= org_limit and, at a gating agent, agent_running + 1 + S_a - shortfall(c)
  *                <= per_agent)                                          else FLOORS/AGENT_FLOORS
  *        direct: running(direct) < max(1, floor(direct)), or org_running + 1 + S <= org_limit
- *      floors expired or never installed: admitted, and counted as first-come-first-served.
+ *      floors expired or never installed (R9): first come first served, except that waiting
+ *      direct dials keep min(k, 1) lines: a batch dial needs org_running + 1 + min(k, 1) <=
+ *      org_limit (else DIRECT_RESERVE); a direct dial is admitted.
+ * Every decision taken with enforcement on and floors expired (admitted or refused, at any
+ * level) is flagged fcfs and counted in stats.fcfs (C5: "the gate counts such decisions").
  */
 #ifndef DSP_CORE_FAIRSHARE_GATE_H
 #define DSP_CORE_FAIRSHARE_GATE_H
@@ -56,7 +60,7 @@ enum fairshare_reason {
 
 struct fairshare_decision {
 	bool admitted;
-	bool fcfs; /* decided without reservations: floors expired or never installed (R9) */
+	bool fcfs; /* enforcement on, floors expired or never installed (R9), any outcome */
 	enum fairshare_level level;
 	enum fairshare_reason reason;
 };
@@ -87,7 +91,7 @@ struct fairshare_gate_limits {
 
 struct fairshare_gate_stats {
 	uint64_t admitted;
-	uint64_t fcfs;				 /* admissions decided without reservations */
+	uint64_t fcfs;				 /* decisions flagged fcfs, admitted or refused */
 	uint64_t refused[FAIRSHARE_LEVEL_COUNT]; /* by refusing level */
 };
 
@@ -137,7 +141,8 @@ int fairshare_gate_install(struct fairshare_gate *g, uint64_t version, const uin
 /* True when installed floors count at now_ms. */
 bool fairshare_gate_floors_valid(const struct fairshare_gate *g, uint64_t now_ms);
 
-/* The direct reserve now: min(k, max(1, floor(direct))) with valid floors and k > 0, else 0. */
+/* The direct reserve now: min(k, max(1, floor(direct))) with valid floors, min(k, 1) with
+ * floors expired or never installed (R9), 0 when k = 0 or the org has no direct campaign. */
 uint32_t fairshare_gate_direct_reserve(const struct fairshare_gate *g, uint64_t now_ms);
 
 /* Decides one admission for slot at now_ms without taking it; counts the decision in g->stats.
@@ -156,6 +161,11 @@ int fairshare_gate_acquire(struct fairshare_gate *g, struct fairshare_system *sy
  * is already 0 (nothing changes: counts never go negative). */
 int fairshare_gate_release(struct fairshare_gate *g, struct fairshare_system *sys,
 			   const struct fairshare_slot *slot);
+
+/* True when refusal d holds for every batch campaign of the organisation alike: the system or
+ * the organisation level is full, or the free lines are the direct reserve. The selector's
+ * ready callback answers DRR_BLOCKED then (drr.h) and stops asking. False for an admission. */
+bool fairshare_gate_blocks_org(const struct fairshare_decision *d);
 
 /* fairshare_gate_admit() and, when admitted, fairshare_gate_acquire(), as one step (what the
  * gate script does atomically). Returns 0 with *d filled, or a negative code from either. */

@@ -302,6 +302,20 @@ static struct fairshare_decision fair_level(const struct oracle_gate *g, uint32_
 	return verdict(FAIRSHARE_LEVEL_NONE, FAIRSHARE_REASON_NONE);
 }
 
+/* The org, agent and campaign levels (C1, C2, C7), in the documented order. */
+static struct fairshare_decision limited_levels(const struct oracle_gate *g, uint32_t c,
+						uint32_t agent, uint64_t O, uint32_t cap)
+{
+	if (O + 1 > g->org_limit)
+		return verdict(FAIRSHARE_LEVEL_ORG, FAIRSHARE_REASON_FULL);
+	if (cap && agent != FAIRSHARE_NO_AGENT && g->agent_running[agent] + 1 > cap)
+		return verdict(FAIRSHARE_LEVEL_AGENT, FAIRSHARE_REASON_FULL);
+	if (c != g->direct && g->ceiling[c] != FAIRSHARE_UNLIMITED &&
+	    (uint64_t)g->running[c] + 1 > g->ceiling[c])
+		return verdict(FAIRSHARE_LEVEL_CAMPAIGN, FAIRSHARE_REASON_FULL);
+	return verdict(FAIRSHARE_LEVEL_NONE, FAIRSHARE_REASON_NONE);
+}
+
 struct fairshare_decision oracle_admit(const struct oracle_gate *g, uint32_t c, uint32_t agent)
 {
 	uint64_t O = org_running(g);
@@ -310,23 +324,23 @@ struct fairshare_decision oracle_admit(const struct oracle_gate *g, uint32_t c, 
 			       : 0;
 	struct fairshare_decision d;
 
-	if ((uint64_t)g->system_running + 1 > g->system_limit)
+	if ((uint64_t)g->system_running + 1 > g->system_limit && !g->enforced)
 		return verdict(FAIRSHARE_LEVEL_SYSTEM, FAIRSHARE_REASON_FULL);
 	if (!g->enforced)
 		return verdict(FAIRSHARE_LEVEL_NONE, FAIRSHARE_REASON_NONE);
-	if (O + 1 > g->org_limit)
-		return verdict(FAIRSHARE_LEVEL_ORG, FAIRSHARE_REASON_FULL);
-	if (cap && agent != FAIRSHARE_NO_AGENT && g->agent_running[agent] + 1 > cap)
-		return verdict(FAIRSHARE_LEVEL_AGENT, FAIRSHARE_REASON_FULL);
-	if (c != g->direct && g->ceiling[c] != FAIRSHARE_UNLIMITED &&
-	    (uint64_t)g->running[c] + 1 > g->ceiling[c])
-		return verdict(FAIRSHARE_LEVEL_CAMPAIGN, FAIRSHARE_REASON_FULL);
+	if ((uint64_t)g->system_running + 1 > g->system_limit)
+		d = verdict(FAIRSHARE_LEVEL_SYSTEM, FAIRSHARE_REASON_FULL);
+	else
+		d = limited_levels(g, c, agent, O, cap);
 	if (!g->floors_valid) {
-		d = verdict(FAIRSHARE_LEVEL_NONE, FAIRSHARE_REASON_NONE);
+		/* R9: first come first served; waiting direct dials keep min(k, 1) lines. */
+		if (d.admitted && c != g->direct && g->direct != NO && g->k > 0 &&
+		    O + 2 > g->org_limit)
+			d = verdict(FAIRSHARE_LEVEL_FAIR_SHARE, FAIRSHARE_REASON_DIRECT_RESERVE);
 		d.fcfs = true;
 		return d;
 	}
-	return fair_level(g, c, O, cap);
+	return d.admitted ? fair_level(g, c, O, cap) : d;
 }
 
 static void gate_of(const struct st *s, struct oracle_gate *g)

@@ -1,5 +1,7 @@
-/* Unit and property tests of the deficit-round-robin selector (SPEC C8). */
+/* Unit and property tests of the deficit-round-robin selector (SPEC C8), alone and driven by
+ * the real gate (fairshare_gate.h) as the dispatcher drives it. */
 #include "drr.h"
+#include "fairshare_gate.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -13,15 +15,18 @@
 
 struct readiness {
 	bool ready[N];
+	bool blocked;	   /* every campaign answers DRR_BLOCKED */
 	unsigned calls[N]; /* ready_cb calls in the current drr_next */
 };
 
-static bool ready_cb(void *ctx, uint32_t slot)
+static enum drr_ready ready_cb(void *ctx, uint32_t slot)
 {
 	struct readiness *r = ctx;
 
 	r->calls[slot]++;
-	return r->ready[slot];
+	if (r->blocked)
+		return DRR_BLOCKED;
+	return r->ready[slot] ? DRR_READY : DRR_NOT_READY;
 }
 
 static uint32_t pick(struct drr *d, struct readiness *r)
@@ -198,6 +203,115 @@ static void backlogged_differ_by_one_quantum(void **state)
 	}
 }
 
+/* Alternating "one line free" / "nobody can dial" (review finding 1): a call without a pick
+ * must not hand out quanta or keep the turn, or the head takes every freed line whenever
+ * carry_max >= 1. Both ways of "nobody": every campaign not ready, or the org blocked. */
+static void idle_passes_charge_nobody(void **state)
+{
+	for (int blocked = 0; blocked < 2; blocked++)
+		for (uint32_t carry = 0; carry <= 2; carry++) {
+			struct drr d;
+			struct drr_entry e[N];
+			struct readiness r = { .ready = { false } };
+			unsigned got[3] = { 0 };
+			uint32_t slot;
+
+			drr_init(&d, e, N, 1, carry);
+			for (uint32_t i = 0; i < 3; i++)
+				drr_add(&d, i);
+			for (int t = 0; t < 300; t++) {
+				for (uint32_t i = 0; i < 3; i++)
+					r.ready[i] = true;
+				r.blocked = false;
+				got[pick(&d, &r)]++;
+				for (uint32_t i = 0; i < 3; i++)
+					r.ready[i] = false;
+				r.blocked = blocked;
+				memset(r.calls, 0, sizeof(r.calls));
+				assert_int_equal(drr_next(&d, ready_cb, &r, &slot), -EAGAIN);
+				/* Blocked: the walk stops at the first campaign asked. */
+				if (blocked)
+					assert_int_equal(r.calls[0] + r.calls[1] + r.calls[2], 1);
+			}
+			for (uint32_t i = 0; i < 3; i++)
+				assert_int_equal(got[i], 100);
+		}
+}
+
+/* The real gate, floors never installed (or enforcement off, or expired): the only fairness left
+ * is the selector's. A full org, one call ending at a time (oldest first), a refill after each:
+ * the calls started must rotate over the three backlogged campaigns. */
+struct gate_world {
+	struct fairshare_gate g;
+	struct fairshare_gate_campaign gc[3];
+	struct fairshare_gate_agent ga[1];
+	struct fairshare_system sys;
+	uint32_t calls[64]; /* campaign of each live call, oldest first */
+	uint32_t n_calls;
+	unsigned started[3];
+	unsigned asked; /* gate decisions */
+};
+
+static enum drr_ready gate_ready_cb(void *ctx, uint32_t c)
+{
+	struct gate_world *w = ctx;
+	struct fairshare_slot slot = { c, FAIRSHARE_NO_AGENT };
+	struct fairshare_decision dec;
+
+	w->asked++;
+	assert_int_equal(fairshare_gate_try(&w->g, &w->sys, &slot, 0, &dec), 0);
+	if (dec.admitted)
+		return DRR_READY;
+	return fairshare_gate_blocks_org(&dec) ? DRR_BLOCKED : DRR_NOT_READY;
+}
+
+static void gate_refill(struct drr *d, struct gate_world *w)
+{
+	uint32_t c;
+
+	while (drr_next(d, gate_ready_cb, w, &c) == 0) {
+		w->calls[w->n_calls++] = c;
+		w->started[c]++;
+	}
+}
+
+static void gate_world_run(bool enforced, uint32_t system_limit)
+{
+	struct fairshare_gate_limits lim = { 20, FAIRSHARE_UNLIMITED, enforced };
+	struct gate_world w = { .sys = { system_limit, 0 } };
+	struct drr d;
+	struct drr_entry e[3];
+	struct fairshare_slot slot;
+
+	for (uint32_t i = 0; i < 3; i++)
+		w.gc[i] = (struct fairshare_gate_campaign){ .ceiling = FAIRSHARE_UNLIMITED,
+							    .agent = FAIRSHARE_NO_AGENT };
+	assert_int_equal(fairshare_gate_init(&w.g, &lim, w.gc, 3, FAIRSHARE_NO_CAMPAIGN, w.ga, 1),
+			 0);
+	drr_init(&d, e, 3, 1, 1);
+	for (uint32_t i = 0; i < 3; i++)
+		drr_add(&d, i);
+	gate_refill(&d, &w);
+	assert_int_equal(w.n_calls, 20);
+	for (int t = 0; t < 6000; t++) {
+		slot = (struct fairshare_slot){ w.calls[0], FAIRSHARE_NO_AGENT };
+		assert_int_equal(fairshare_gate_release(&w.g, &w.sys, &slot), 0);
+		memmove(w.calls, w.calls + 1, --w.n_calls * sizeof(w.calls[0]));
+		gate_refill(&d, &w);
+		assert_int_equal(w.n_calls, 20);
+	}
+	for (uint32_t i = 0; i < 3; i++) /* 6020 calls over 3 campaigns */
+		assert_true(w.started[i] >= 2006 && w.started[i] <= 2008);
+	/* One freed line: one admission, then one refusal that stops the walk (finding 6). */
+	assert_true(w.asked <= 2 * 6000 + 24);
+}
+
+static void gate_without_floors_rotates(void **state)
+{
+	gate_world_run(true, 1000); /* floors never installed: the org level refuses */
+	gate_world_run(false, 20);  /* enforcement off: the system level refuses */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -207,6 +321,8 @@ int main(void)
 		cmocka_unit_test(carry_is_bounded),
 		cmocka_unit_test(join_and_leave),
 		cmocka_unit_test(backlogged_differ_by_one_quantum),
+		cmocka_unit_test(idle_passes_charge_nobody),
+		cmocka_unit_test(gate_without_floors_rotates),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
