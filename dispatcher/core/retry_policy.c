@@ -28,6 +28,11 @@ uint64_t retry_full_jitter(uint64_t ceiling, uint32_t rnd)
 	return ((ceiling + 1) * (uint64_t)rnd) >> 32;
 }
 
+uint64_t retry_half_jitter(uint64_t d, uint32_t rnd)
+{
+	return d - d / 2 + retry_full_jitter(d / 2, rnd);
+}
+
 /* base * 2^n, capped; n saturates so the shift never overflows. */
 static uint64_t doubled(uint64_t base, unsigned n, uint64_t cap)
 {
@@ -183,22 +188,20 @@ int retry_after_parse(const char *value, int64_t now_unix_ms, uint64_t *delay_ms
 
 /* ---- the table ---- */
 
-static void throttled(const struct retry_policy *p, const struct retry_answer *a,
-		      const struct retry_counts *c, int64_t now, uint32_t rnd,
-		      struct retry_decision *out)
+/* The delay a throttled answer asks for: the header plus jitter, or the doubling schedule. */
+static void throttle_delay(const struct retry_policy *p, const struct retry_answer *a,
+			   const struct retry_counts *c, int64_t now, uint32_t rnd,
+			   struct retry_decision *out)
 {
 	uint64_t ra;
 
-	out->verdict = RETRY_REFUSED;
-	out->park_lane = true;
-	out->circuit_refusal = true;
 	if (a->status == 429 && retry_after_parse(a->retry_after, now, &ra) == 0) {
 		if (ra > p->retry_after_cap_ms)
 			ra = p->retry_after_cap_ms;
 		uint64_t span = p->jitter_max_ms - p->jitter_min_ms;
 		out->reason = RETRY_REASON_THROTTLED_HEADER;
 		out->park_ms = (int64_t)ra;
-		if (c->throttled >= p->header_retries) {
+		if (c->throttled >= p->header_retries && !c->maybe_delivered) {
 			out->requeue = true;
 			if (ra < p->requeue_min_ms)
 				ra = p->requeue_min_ms;
@@ -212,8 +215,27 @@ static void throttled(const struct retry_policy *p, const struct retry_answer *a
 		doubled(p->throttle_base_ms, c->throttled, p->throttle_cap_ms), rnd);
 }
 
+/* Throttled. A refusal, unless an earlier send of this call may have been delivered: the call
+ * may exist, so it is re-sent with the same key (never a new one) and keeps its slots. */
+static void throttled(const struct retry_policy *p, const struct retry_answer *a,
+		      const struct retry_counts *c, int64_t now, uint32_t rnd,
+		      struct retry_decision *out)
+{
+	out->park_lane = true;
+	out->circuit_refusal = true;
+	throttle_delay(p, a, c, now, rnd, out);
+	if (!c->maybe_delivered)
+		out->verdict = RETRY_REFUSED;
+	else if (c->throttled >= p->header_retries)
+		out->verdict = RETRY_UNKNOWN;
+	else
+		out->verdict = RETRY_RESEND;
+	if (out->verdict == RETRY_UNKNOWN)
+		out->delay_ms = 0;
+}
+
 /* Unknown outcome: re-send the same key while tries remain. */
-static void unknown(unsigned tries, uint64_t ceiling, bool flat, enum retry_reason reason,
+static void unknown(unsigned tries, uint64_t delay, bool flat, enum retry_reason reason,
 		    const struct retry_counts *c, uint32_t rnd, struct retry_decision *out)
 {
 	out->reason = reason;
@@ -223,7 +245,19 @@ static void unknown(unsigned tries, uint64_t ceiling, bool flat, enum retry_reas
 		return;
 	}
 	out->verdict = RETRY_RESEND;
-	out->delay_ms = flat ? ceiling : retry_full_jitter(ceiling, rnd);
+	out->delay_ms = flat ? delay : retry_half_jitter(delay, rnd);
+}
+
+/* A connect that failed or timed out: this send was not delivered. With no earlier send that
+ * may have been, nothing was placed: a definitive refusal (release the slots, call again). */
+static void not_connected(const struct retry_policy *p, const struct retry_counts *c,
+			  enum retry_reason reason, uint32_t rnd, struct retry_decision *out)
+{
+	out->verdict = RETRY_REFUSED;
+	out->reason = reason;
+	out->circuit_refusal = true;
+	(void)c;
+	out->delay_ms = retry_half_jitter(p->server_base_ms, rnd);
 }
 
 static void by_transport(const struct retry_policy *p, const struct retry_counts *c,
@@ -231,12 +265,16 @@ static void by_transport(const struct retry_policy *p, const struct retry_counts
 {
 	unsigned n = c->sends > 0 ? c->sends - 1 : 0;
 	uint64_t server = doubled(p->server_base_ms, n, p->server_cap_ms);
+	bool timeout = t == RETRY_TRANSPORT_CONNECT_TIMEOUT || t == RETRY_TRANSPORT_READ_TIMEOUT;
+	enum retry_reason reason = timeout ? RETRY_REASON_TIMEOUT : RETRY_REASON_CONNECTION;
+	bool connect = t == RETRY_TRANSPORT_CONNECT_FAILED || t == RETRY_TRANSPORT_CONNECT_TIMEOUT;
 
-	if (t == RETRY_TRANSPORT_CONNECT_TIMEOUT || t == RETRY_TRANSPORT_READ_TIMEOUT)
-		unknown(p->timeout_tries, p->timeout_delay_ms, true, RETRY_REASON_TIMEOUT, c, rnd,
-			out);
+	if (connect && !c->maybe_delivered)
+		not_connected(p, c, reason, rnd, out);
+	else if (timeout)
+		unknown(p->timeout_tries, p->timeout_delay_ms, true, reason, c, rnd, out);
 	else
-		unknown(p->server_tries, server, false, RETRY_REASON_CONNECTION, c, rnd, out);
+		unknown(p->server_tries, server, false, reason, c, rnd, out);
 }
 
 static void by_status(const struct retry_policy *p, const struct retry_answer *a,

@@ -11,9 +11,13 @@
  *   2xx (200 replay, 201 created)  OK               -                            -
  *   429 + Retry-After              REFUSED          header + 0.3..1.2 s jitter   [5] such retries
  *   429 without, 2xx "throttled"   REFUSED          full jitter, [0, 1 s * 2^n]  capped [32 s]
- *   500..599, reset, refused conn  RESEND same key  full jitter, [0, 0.5 s*2^n]  [4] tries,
+ *   either, on a call that may
+ *   already be placed (see below)  RESEND same key  as above                     [5] then UNKNOWN
+ *   500..599, reset                RESEND same key  [d/2, d], d = 0.5 s * 2^n    [4] tries,
  *                                                                                capped [8 s]
- *   timeouts (connect, read), 408  RESEND same key  [2 s] flat                   [3] tries
+ *   read timeout, 408              RESEND same key  [2 s] flat                   [3] tries
+ *   connect failed / timed out     REFUSED          [0.25 s, 0.5 s]              -
+ *   ... after a maybe-delivered    RESEND same key  as reset / as timeout        as those
  *   a RESEND past its limit        UNKNOWN          -  (slots kept; an event or the sweep ends it)
  *   400, 404, 422                  INVALID          -  (the contact fails with the provider's
  *                                                      reason)
@@ -26,8 +30,26 @@
  *   - "tries" of one call count its sends (the first POST included): 5xx gets 4 sends in all,
  *     timeouts 3. The limit is checked against the total sends of the call, whatever mixture of
  *     5xx and timeouts produced them, so a call never gets more than 4 sends.
- *   - A reset or a failed connect is an unknown outcome scheduled like a 5xx (a server-side fault
- *     that clears quickly); only timeouts use the flat 2 s schedule.
+ *   - "0.5 s doubling to 8 s" for 5xx re-sends: the n-th re-send waits d = 0.5 s * 2^(n-1),
+ *     capped at 8 s, drawn in [d/2, d] ("equal jitter": never 0 ms, so a failing provider gets
+ *     a real pause). Full jitter is D2's choice only for 429 without Retry-After and throttled
+ *     bodies. With the default 4 tries the re-sends wait 0.5, 1 and 2 s: the 8 s cap is reached
+ *     only with server_tries of 6 or more.
+ *   - A reset is an unknown outcome scheduled like a 5xx (a server-side fault that clears
+ *     quickly); only timeouts use the flat 2 s schedule.
+ *   - maybe_delivered (struct retry_counts): an earlier send of this call ended in an unknown
+ *     outcome other than a failed connect, so the provider may have placed the call. Then
+ *       * a failed or timed-out connect is still an unknown outcome (re-send the same key, or
+ *         UNKNOWN past the limit): the earlier send may be live;
+ *       * a throttled answer (429, or a 2xx saying throttled) is not a refusal either: the
+ *         call may exist, and a new key could ring the contact twice. It is re-sent with the
+ *         same key after the throttle's delay, keeping the slots; after header_retries
+ *         throttled answers the call ends UNKNOWN (an event or the sweep frees the slots).
+ *     Without it, a failed or timed-out connect means nothing was delivered: a definitive
+ *     refusal (slots released, the contact called again after a short pause; the lane's
+ *     circuit counts it, so a provider that is down opens the circuit).
+ *   - REFUSED never uses up one of the contact's attempts (D5): the next call is a new key for
+ *     the same attempt.
  *   - Throttling never uses up a contact's attempts (D5). After the fifth header-driven retry the
  *     sixth 429 + Retry-After still answers REFUSED, but with `requeue` set: the contact goes back
  *     to the backlog for max(header, 60 s) + jitter and its throttle counter restarts, so a long
@@ -44,9 +66,9 @@
 
 /* How the transport failed, when there is no HTTP status. */
 enum retry_transport {
-	RETRY_TRANSPORT_NONE = 0,	 /* an HTTP status arrived */
-	RETRY_TRANSPORT_CONNECT_FAILED,	 /* refused, unreachable, DNS: the request was not sent */
-	RETRY_TRANSPORT_CONNECT_TIMEOUT, /* no connection within the connect timeout */
+	RETRY_TRANSPORT_NONE = 0,	/* an HTTP status arrived */
+	RETRY_TRANSPORT_CONNECT_FAILED, /* refused, unreachable, DNS: this send was not delivered */
+	RETRY_TRANSPORT_CONNECT_TIMEOUT, /* no connection in the connect timeout: not delivered */
 	RETRY_TRANSPORT_READ_TIMEOUT, /* connected, request sent (maybe), no full answer in time */
 	RETRY_TRANSPORT_RESET,	      /* connection reset or closed mid-answer */
 };
@@ -81,8 +103,8 @@ struct retry_policy {
 	uint64_t throttle_cap_ms;    /* ... cap on the ceiling [32000] */
 	uint64_t requeue_min_ms;     /* throttle retries exhausted: at least this long [60000] */
 	unsigned server_tries;	     /* sends of one call for 5xx / reset [4] */
-	uint64_t server_base_ms;     /* 5xx: first ceiling [500] */
-	uint64_t server_cap_ms;	     /* 5xx: cap on the ceiling [8000] */
+	uint64_t server_base_ms;     /* 5xx: first delay; a failed connect's [500] */
+	uint64_t server_cap_ms;	     /* 5xx: cap on the doubled delay [8000] */
 	unsigned timeout_tries;	     /* sends of one call for timeouts [3] */
 	uint64_t timeout_delay_ms;   /* timeouts: flat delay [2000] */
 	uint64_t retry_after_cap_ms; /* sanity cap on any Retry-After [86400000] */
@@ -98,8 +120,11 @@ struct retry_answer {
 
 /* The counters the caller keeps. */
 struct retry_counts {
-	unsigned throttled; /* throttled refusals of this contact before this answer (its tries) */
-	unsigned sends;	    /* sends of the current call, including the one answered (>= 1) */
+	unsigned throttled;   /* throttled answers of this contact before this answer (its tries),
+			     * those on re-sends of the current call included */
+	unsigned sends;	      /* sends of the current call, including the one answered (>= 1) */
+	bool maybe_delivered; /* an earlier send of this call may have reached the provider: it
+			       * ended in an unknown outcome other than a failed connect */
 };
 
 struct retry_decision {
@@ -132,6 +157,9 @@ int retry_http_date_parse(const char *s, int64_t *unix_s);
 
 /* Returns a uniformly drawn value in [0, ceiling] from rnd (full jitter). */
 uint64_t retry_full_jitter(uint64_t ceiling, uint32_t rnd);
+
+/* Returns a uniformly drawn value in [d - d/2, d] from rnd (equal jitter). */
+uint64_t retry_half_jitter(uint64_t d, uint32_t rnd);
 
 /* Returns a static name for a verdict ("refused") or a reason ("throttled_header"). */
 const char *retry_verdict_name(enum retry_verdict v);

@@ -222,7 +222,7 @@ static void classify_reply(const struct reply *r, struct retry_decision *d)
 	struct retry_answer a = { r->status, RETRY_TRANSPORT_NONE,
 				  r->retry_after[0] ? r->retry_after : NULL,
 				  r->status == 200 && strstr(r->body, "\"throttled\"") != NULL };
-	struct retry_counts c = { 0, 1 };
+	struct retry_counts c = { 0, 1, false };
 
 	retry_classify(NULL, &a, &c, (int64_t)time(NULL) * 1000, 0, d);
 }

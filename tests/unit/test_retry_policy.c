@@ -15,16 +15,24 @@
 /* Sun, 06 Nov 1994 08:49:37 GMT */
 #define NOW_MS (784111777LL * 1000)
 
-static struct retry_decision classify(int status, enum retry_transport t, const char *ra,
-				      bool body_throttled, unsigned throttled, unsigned sends,
-				      uint32_t rnd)
+static struct retry_decision classify_md(int status, enum retry_transport t, const char *ra,
+					 bool body_throttled, unsigned throttled, unsigned sends,
+					 bool maybe_delivered, uint32_t rnd)
 {
 	struct retry_answer a = { status, t, ra, body_throttled };
-	struct retry_counts c = { throttled, sends };
+	struct retry_counts c = { throttled, sends, maybe_delivered };
 	struct retry_decision d;
 
 	retry_classify(NULL, &a, &c, NOW_MS, rnd, &d);
 	return d;
+}
+
+/* A re-send (sends > 1) only ever follows an unknown outcome: the call may have been placed. */
+static struct retry_decision classify(int status, enum retry_transport t, const char *ra,
+				      bool body_throttled, unsigned throttled, unsigned sends,
+				      uint32_t rnd)
+{
+	return classify_md(status, t, ra, body_throttled, throttled, sends, sends > 1, rnd);
 }
 
 static struct retry_decision st(int status, unsigned sends, uint32_t rnd)
@@ -152,7 +160,8 @@ static void server_errors_four_tries(void **state)
 			assert_int_equal(d.verdict, RETRY_RESEND);
 			assert_int_equal(d.reason, RETRY_REASON_SERVER_ERROR);
 			assert_int_equal(d.delay_ms, ceil[sends - 1]);
-			assert_int_equal(st(codes[i], sends, RMIN).delay_ms, 0);
+			/* Equal jitter: never below half the delay, never 0 ms. */
+			assert_int_equal(st(codes[i], sends, RMIN).delay_ms, ceil[sends - 1] / 2);
 			assert_true(d.circuit_refusal);
 			assert_false(d.park_lane);
 		}
@@ -171,7 +180,7 @@ static void server_cap_8s(void **state)
 	retry_policy_defaults(&p);
 	p.server_tries = 100;
 	for (unsigned sends = 1; sends <= 7; sends++) {
-		struct retry_counts c = { 0, sends };
+		struct retry_counts c = { 0, sends, false };
 		retry_classify(&p, &a, &c, NOW_MS, RMAX, &d);
 		assert_int_equal(d.verdict, RETRY_RESEND);
 		assert_int_equal(d.delay_ms, ceil[sends - 1]);
@@ -180,22 +189,30 @@ static void server_cap_8s(void **state)
 
 static void timeouts_three_tries_flat(void **state)
 {
-	const enum retry_transport t[] = { RETRY_TRANSPORT_CONNECT_TIMEOUT,
-					   RETRY_TRANSPORT_READ_TIMEOUT };
-
-	for (size_t i = 0; i < 2; i++) {
-		for (unsigned sends = 1; sends <= 2; sends++) {
-			struct retry_decision a = classify(0, t[i], NULL, false, 0, sends, RMIN);
-			struct retry_decision b = classify(0, t[i], NULL, false, 0, sends, RMAX);
-			assert_int_equal(a.verdict, RETRY_RESEND);
-			assert_int_equal(a.reason, RETRY_REASON_TIMEOUT);
-			assert_int_equal(a.delay_ms, 2000);
-			assert_int_equal(b.delay_ms, 2000);
-			assert_true(a.circuit_refusal);
-		}
-		assert_int_equal(classify(0, t[i], NULL, false, 0, 3, RMIN).verdict, RETRY_UNKNOWN);
-		assert_int_equal(classify(0, t[i], NULL, false, 0, 4, RMIN).verdict, RETRY_UNKNOWN);
+	for (unsigned sends = 1; sends <= 2; sends++) {
+		struct retry_decision a =
+			classify(0, RETRY_TRANSPORT_READ_TIMEOUT, NULL, false, 0, sends, RMIN);
+		struct retry_decision b =
+			classify(0, RETRY_TRANSPORT_READ_TIMEOUT, NULL, false, 0, sends, RMAX);
+		assert_int_equal(a.verdict, RETRY_RESEND);
+		assert_int_equal(a.reason, RETRY_REASON_TIMEOUT);
+		assert_int_equal(a.delay_ms, 2000);
+		assert_int_equal(b.delay_ms, 2000);
+		assert_true(a.circuit_refusal);
 	}
+	assert_int_equal(classify(0, RETRY_TRANSPORT_READ_TIMEOUT, NULL, false, 0, 3, RMIN).verdict,
+			 RETRY_UNKNOWN);
+	assert_int_equal(classify(0, RETRY_TRANSPORT_READ_TIMEOUT, NULL, false, 0, 4, RMIN).verdict,
+			 RETRY_UNKNOWN);
+	/* A connect timeout after a send that may have been delivered: same schedule. */
+	struct retry_decision c =
+		classify_md(0, RETRY_TRANSPORT_CONNECT_TIMEOUT, NULL, false, 0, 2, true, RMIN);
+	assert_int_equal(c.verdict, RETRY_RESEND);
+	assert_int_equal(c.delay_ms, 2000);
+	assert_int_equal(
+		classify_md(0, RETRY_TRANSPORT_CONNECT_TIMEOUT, NULL, false, 0, 3, true, RMIN)
+			.verdict,
+		RETRY_UNKNOWN);
 	/* 408 is the server's timeout: same schedule. */
 	assert_int_equal(st(408, 2, RMAX).verdict, RETRY_RESEND);
 	assert_int_equal(st(408, 2, RMAX).delay_ms, 2000);
@@ -204,21 +221,84 @@ static void timeouts_three_tries_flat(void **state)
 
 static void resets_like_server_errors(void **state)
 {
-	const enum retry_transport t[] = { RETRY_TRANSPORT_RESET, RETRY_TRANSPORT_CONNECT_FAILED };
+	struct retry_decision d = classify(0, RETRY_TRANSPORT_RESET, NULL, false, 0, 1, RMAX);
 
-	for (size_t i = 0; i < 2; i++) {
-		struct retry_decision d = classify(0, t[i], NULL, false, 0, 1, RMAX);
-		assert_int_equal(d.verdict, RETRY_RESEND);
-		assert_int_equal(d.reason, RETRY_REASON_CONNECTION);
-		assert_int_equal(d.delay_ms, 500);
-		assert_int_equal(classify(0, t[i], NULL, false, 0, 3, RMAX).verdict, RETRY_RESEND);
-		assert_int_equal(classify(0, t[i], NULL, false, 0, 4, RMAX).verdict, RETRY_UNKNOWN);
-	}
+	assert_int_equal(d.verdict, RETRY_RESEND);
+	assert_int_equal(d.reason, RETRY_REASON_CONNECTION);
+	assert_int_equal(d.delay_ms, 500);
+	assert_int_equal(classify(0, RETRY_TRANSPORT_RESET, NULL, false, 0, 1, RMIN).delay_ms, 250);
+	assert_int_equal(classify(0, RETRY_TRANSPORT_RESET, NULL, false, 0, 3, RMAX).verdict,
+			 RETRY_RESEND);
+	assert_int_equal(classify(0, RETRY_TRANSPORT_RESET, NULL, false, 0, 4, RMAX).verdict,
+			 RETRY_UNKNOWN);
+	/* A refused connect after a send that may have been delivered keeps re-sending. */
+	d = classify_md(0, RETRY_TRANSPORT_CONNECT_FAILED, NULL, false, 0, 3, true, RMAX);
+	assert_int_equal(d.verdict, RETRY_RESEND);
+	assert_int_equal(d.reason, RETRY_REASON_CONNECTION);
+	assert_int_equal(
+		classify_md(0, RETRY_TRANSPORT_CONNECT_FAILED, NULL, false, 0, 4, true, RMAX)
+			.verdict,
+		RETRY_UNKNOWN);
 	/* A status of 0 without a transport class is still a transport failure. */
 	assert_int_equal(st(0, 1, RMAX).verdict, RETRY_RESEND);
 	/* In-progress answers for the key re-send like 5xx. */
 	assert_int_equal(st(409, 1, RMAX).verdict, RETRY_RESEND);
 	assert_int_equal(st(425, 4, RMAX).verdict, RETRY_UNKNOWN);
+}
+
+/* A connect that failed delivered nothing: with no earlier send that may have been delivered,
+ * it is a definitive refusal (slots released, called again soon), whatever the send count. */
+static void failed_connect_is_a_refusal(void **state)
+{
+	const enum retry_transport t[] = { RETRY_TRANSPORT_CONNECT_FAILED,
+					   RETRY_TRANSPORT_CONNECT_TIMEOUT };
+	const enum retry_reason why[] = { RETRY_REASON_CONNECTION, RETRY_REASON_TIMEOUT };
+
+	for (size_t i = 0; i < 2; i++) {
+		for (unsigned sends = 1; sends <= 5; sends++) {
+			struct retry_decision lo =
+				classify_md(0, t[i], NULL, false, 0, sends, false, RMIN);
+			struct retry_decision hi =
+				classify_md(0, t[i], NULL, false, 0, sends, false, RMAX);
+			assert_int_equal(lo.verdict, RETRY_REFUSED);
+			assert_int_equal(lo.reason, why[i]);
+			assert_int_equal(lo.delay_ms, 250);
+			assert_int_equal(hi.delay_ms, 500);
+			assert_true(lo.circuit_refusal);
+			assert_false(lo.park_lane);
+			assert_false(lo.requeue);
+		}
+	}
+}
+
+/* A throttled answer to a re-send of a call that may already be placed is not a refusal: a
+ * new key could ring the contact twice. Same key, after the throttle's delay, slots kept. */
+static void throttled_resend_keeps_the_key(void **state)
+{
+	struct retry_decision h = classify_md(429, 0, "5", false, 0, 2, true, RMIN);
+	struct retry_decision n = classify_md(429, 0, NULL, false, 1, 2, true, RMAX);
+	struct retry_decision b = classify_md(200, 0, NULL, true, 2, 3, true, RMAX);
+
+	assert_int_equal(h.verdict, RETRY_RESEND);
+	assert_int_equal(h.reason, RETRY_REASON_THROTTLED_HEADER);
+	assert_int_equal(h.delay_ms, 5300);
+	assert_true(h.park_lane);
+	assert_int_equal(h.park_ms, 5000);
+	assert_true(h.circuit_refusal);
+	assert_false(h.requeue);
+	assert_int_equal(n.verdict, RETRY_RESEND);
+	assert_int_equal(n.reason, RETRY_REASON_THROTTLED);
+	assert_int_equal(n.delay_ms, 2000);
+	assert_int_equal(b.verdict, RETRY_RESEND);
+	assert_int_equal(b.delay_ms, 4000);
+	/* Past the throttle limit the call ends unknown (slots kept), never a new key. */
+	struct retry_decision u = classify_md(429, 0, "5", false, 5, 4, true, RMIN);
+	assert_int_equal(u.verdict, RETRY_UNKNOWN);
+	assert_false(u.requeue);
+	assert_true(u.park_lane);
+	/* The same answers to a call never delivered stay refusals. */
+	assert_int_equal(classify_md(429, 0, "5", false, 0, 1, false, RMIN).verdict, RETRY_REFUSED);
+	assert_int_equal(classify_md(200, 0, NULL, true, 0, 1, false, RMIN).verdict, RETRY_REFUSED);
 }
 
 static void invalid_and_stop_rows(void **state)
@@ -328,6 +408,8 @@ int main(void)
 		cmocka_unit_test(server_cap_8s),
 		cmocka_unit_test(timeouts_three_tries_flat),
 		cmocka_unit_test(resets_like_server_errors),
+		cmocka_unit_test(failed_connect_is_a_refusal),
+		cmocka_unit_test(throttled_resend_keeps_the_key),
 		cmocka_unit_test(invalid_and_stop_rows),
 		cmocka_unit_test(http_dates),
 		cmocka_unit_test(retry_after_values),
