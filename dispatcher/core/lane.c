@@ -65,6 +65,7 @@ void lane_circuit_init(struct lane_circuit *c, uint32_t pct, uint32_t min_sample
 	c->state = LANE_CIRCUIT_CLOSED;
 	c->open_until_ms = 0;
 	c->probe_out = false;
+	c->probe_due_ms = 0;
 	c->threshold_pct = pct;
 	c->min_samples = min_samples ? min_samples : 1;
 	c->open_ms = open_ms;
@@ -79,6 +80,26 @@ static void circuit_open(struct lane_circuit *c, int64_t now)
 	c->opened++;
 }
 
+/* The state at now: an OPEN circuit whose open_ms has passed is HALF_OPEN. */
+static enum lane_circuit_state state_at(const struct lane_circuit *c, int64_t now)
+{
+	if (c->state == LANE_CIRCUIT_OPEN && now >= c->open_until_ms)
+		return LANE_CIRCUIT_HALF_OPEN;
+	return c->state;
+}
+
+/* The probe's answer: success closes the circuit and empties the window, a refusal reopens. */
+static void probe_answered(struct lane_circuit *c, int64_t now, bool refused)
+{
+	if (refused) {
+		circuit_open(c, now);
+		return;
+	}
+	c->state = LANE_CIRCUIT_CLOSED;
+	c->probe_out = false;
+	lane_window_init(&c->win, now);
+}
+
 void lane_circuit_record(struct lane_circuit *c, int64_t now, bool refused)
 {
 	uint64_t answers, refusals;
@@ -86,15 +107,8 @@ void lane_circuit_record(struct lane_circuit *c, int64_t now, bool refused)
 	if (c->state != LANE_CIRCUIT_CLOSED) {
 		/* Any answer while open is from before the open or the probe; only the probe's
 		 * (half-open with the probe out) decides. */
-		if (c->state == LANE_CIRCUIT_HALF_OPEN && c->probe_out) {
-			if (refused) {
-				circuit_open(c, now);
-			} else {
-				c->state = LANE_CIRCUIT_CLOSED;
-				c->probe_out = false;
-				lane_window_init(&c->win, now);
-			}
-		}
+		if (c->state == LANE_CIRCUIT_HALF_OPEN && c->probe_out)
+			probe_answered(c, now, refused);
 		return;
 	}
 	lane_window_add(&c->win, now, 0, 1);
@@ -105,27 +119,29 @@ void lane_circuit_record(struct lane_circuit *c, int64_t now, bool refused)
 		circuit_open(c, now);
 }
 
-uint64_t lane_circuit_wait(struct lane_circuit *c, int64_t now)
+uint64_t lane_circuit_wait(const struct lane_circuit *c, int64_t now)
 {
-	if (c->state == LANE_CIRCUIT_OPEN && now >= c->open_until_ms)
-		c->state = LANE_CIRCUIT_HALF_OPEN;
-	switch (c->state) {
+	switch (state_at(c, now)) {
 	case LANE_CIRCUIT_CLOSED:
 		return 0;
 	case LANE_CIRCUIT_OPEN:
 		return (uint64_t)(c->open_until_ms - now);
 	case LANE_CIRCUIT_HALF_OPEN:
 	default:
-		/* While the probe is out, look again in a second. */
-		return c->probe_out ? 1000 : 0;
+		/* A probe whose answer has not come within open_ms is given up: another may go. */
+		if (!c->probe_out || now >= c->probe_due_ms)
+			return 0;
+		return (uint64_t)(c->probe_due_ms - now);
 	}
 }
 
 void lane_circuit_sent(struct lane_circuit *c, int64_t now)
 {
-	(void)now;
-	if (c->state == LANE_CIRCUIT_HALF_OPEN)
-		c->probe_out = true;
+	if (state_at(c, now) != LANE_CIRCUIT_HALF_OPEN)
+		return;
+	c->state = LANE_CIRCUIT_HALF_OPEN;
+	c->probe_out = true;
+	c->probe_due_ms = now + (int64_t)c->open_ms;
 }
 
 /* ---- retry budget ---- */
@@ -209,18 +225,18 @@ enum lane_gate lane_admit(struct lane *l, int64_t now, bool resend, uint64_t *wa
 
 void lane_record(struct lane *l, int64_t now, const struct retry_decision *d)
 {
-	if (d->verdict == RETRY_STOP_LANE) {
+	if (d->verdict == RETRY_STOP_LANE)
 		l->stopped = true;
-		return;
-	}
-	if (d->park_lane)
+	else if (d->park_lane)
 		lane_park_throttled(&l->park, now, d->park_ms);
 	else if (d->verdict == RETRY_OK)
 		lane_park_success(&l->park, now);
+	/* Every answer, a stopping one too: it may be the half-open circuit's probe. */
 	lane_circuit_record(&l->circuit, now, d->circuit_refusal);
 }
 
 void lane_resume(struct lane *l)
 {
 	l->stopped = false;
+	l->circuit.probe_out = false; /* a probe sent before the stop is not waited for */
 }

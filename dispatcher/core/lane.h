@@ -14,7 +14,9 @@
  *            for 2 of 10; and 20 answers is a third of a second at the rates lanes run at, so a
  *            real outage still opens it at once. Open for open_ms (default 15 s), then one
  *            probe goes out (half-open); a successful answer closes it and empties the window,
- *            a refusal opens it again. "Refusals" are every answer whose retry decision has
+ *            a refusal opens it again. A probe with no answer within open_ms (lost, or its
+ *            lane stopped) is given up and another may go, so the circuit never stays
+ *            half-open forever. "Refusals" are every answer whose retry decision has
  *            circuit_refusal set: throttled, 5xx, timeouts, resets. 400/404/422 answers count as
  *            healthy answers (the provider is up, the contact is bad).
  *   budget   Re-sends (a same-key re-send of an unknown outcome) stay within 10 % of the first
@@ -52,6 +54,7 @@ struct lane_circuit {
 	enum lane_circuit_state state;
 	int64_t open_until_ms;	/* OPEN: when the probe may go */
 	bool probe_out;		/* HALF_OPEN: the probe has been sent */
+	int64_t probe_due_ms;	/* probe_out: its answer is given up after this (sent + open_ms) */
 	uint32_t threshold_pct; /* refusal share that opens [20] */
 	uint32_t min_samples;	/* answers needed in the window before it can open [20] */
 	uint64_t open_ms;	/* how long it stays open before a probe [15000] */
@@ -106,10 +109,12 @@ void lane_circuit_init(struct lane_circuit *c, uint32_t pct, uint32_t min_sample
 		       int64_t now);
 /* Records one answer at now (refused or not) and opens or closes the circuit. */
 void lane_circuit_record(struct lane_circuit *c, int64_t now, bool refused);
-/* Returns 0 when a send may go now (HALF_OPEN: the probe, if not already out), else the ms
- * to wait. Does not change state; lane_circuit_sent() does. */
-uint64_t lane_circuit_wait(struct lane_circuit *c, int64_t now);
-/* Notes that a send went out (marks the probe out when HALF_OPEN). */
+/* Returns 0 when a send may go now (HALF_OPEN: the probe, if none is out or the one out has
+ * had no answer for open_ms), else the ms to wait. Does not change state; lane_circuit_sent()
+ * does. */
+uint64_t lane_circuit_wait(const struct lane_circuit *c, int64_t now);
+/* Notes that a send went out: once open_ms has passed, it is the probe (HALF_OPEN, probe out,
+ * its answer awaited for open_ms). */
 void lane_circuit_sent(struct lane_circuit *c, int64_t now);
 
 void lane_budget_init(struct lane_budget *b, uint32_t pct, uint32_t floor, int64_t now);
@@ -125,9 +130,11 @@ void lane_init(struct lane *l, const struct lane_config *c, int64_t now);
  * only) the budget, then the token bucket. On LANE_GO the token is taken and the send counted;
  * on LANE_WAIT *wait_ms is set (wait_ms may not be NULL). */
 enum lane_gate lane_admit(struct lane *l, int64_t now, bool resend, uint64_t *wait_ms);
-/* Feeds one answer's retry decision into the park, the circuit and the stop flag. */
+/* Feeds one answer's retry decision into the park, the circuit and the stop flag. Every
+ * answer reaches the circuit, a STOP_LANE one too (it may be the probe's). */
 void lane_record(struct lane *l, int64_t now, const struct retry_decision *d);
-/* Clears the stop flag (the operator fixed the credentials). */
+/* Clears the stop flag (the operator fixed the credentials) and forgets a probe still out, so
+ * the half-open circuit may send a new one. */
 void lane_resume(struct lane *l);
 
 #endif

@@ -149,11 +149,12 @@ static void circuit_probe_closes_or_reopens(void **state)
 	/* Late answers while open change nothing. */
 	answers(&c, 2000, 5, 0);
 	assert_int_equal(c.state, LANE_CIRCUIT_OPEN);
-	/* Half-open: one probe, then wait. */
+	/* Half-open: one probe, then wait (for its answer, at most open_ms). */
 	assert_int_equal(lane_circuit_wait(&c, 15000), 0);
-	assert_int_equal(c.state, LANE_CIRCUIT_HALF_OPEN);
+	assert_int_equal(c.state, LANE_CIRCUIT_OPEN); /* asking changes nothing */
 	lane_circuit_sent(&c, 15000);
-	assert_int_equal(lane_circuit_wait(&c, 15001), 1000);
+	assert_int_equal(c.state, LANE_CIRCUIT_HALF_OPEN);
+	assert_int_equal(lane_circuit_wait(&c, 15001), 14999);
 	/* The probe is refused: open again for the full period. */
 	lane_circuit_record(&c, 16000, true);
 	assert_int_equal(c.state, LANE_CIRCUIT_OPEN);
@@ -166,6 +167,65 @@ static void circuit_probe_closes_or_reopens(void **state)
 	assert_int_equal(c.state, LANE_CIRCUIT_CLOSED);
 	answers(&c, 32000, 19, 19);
 	assert_int_equal(c.state, LANE_CIRCUIT_CLOSED);
+}
+
+/* A probe whose answer never comes is given up after open_ms: the circuit cannot stay
+ * half-open forever. */
+static void circuit_lost_probe_is_given_up(void **state)
+{
+	struct lane_circuit c;
+
+	lane_circuit_init(&c, 20, 20, 15000, 0);
+	answers(&c, 0, 20, 20);
+	assert_int_equal(lane_circuit_wait(&c, 15000), 0);
+	lane_circuit_sent(&c, 15000);
+	assert_int_equal(lane_circuit_wait(&c, 29999), 1);
+	assert_int_equal(lane_circuit_wait(&c, 30000), 0);
+	lane_circuit_sent(&c, 30000); /* the second probe */
+	assert_int_equal(lane_circuit_wait(&c, 30001), 14999);
+	lane_circuit_record(&c, 30500, false);
+	assert_int_equal(c.state, LANE_CIRCUIT_CLOSED);
+}
+
+/* The probe answered 401: the lane stops, and the answer still reaches the circuit; once
+ * resumed, the lane sends again instead of waiting for a probe that was answered. */
+static void lane_probe_answered_by_stop(void **state)
+{
+	struct lane l;
+	struct retry_decision bad = { .verdict = RETRY_RESEND, .circuit_refusal = true };
+	struct retry_decision stop = { .verdict = RETRY_STOP_LANE };
+	uint64_t w;
+
+	lane_init(&l, NULL, 0);
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(lane_admit(&l, 0, false, &w), LANE_GO);
+		lane_record(&l, 0, &bad);
+	}
+	assert_int_equal(lane_admit(&l, 15000, false, &w), LANE_GO); /* the probe */
+	lane_record(&l, 15100, &stop);
+	assert_int_equal(lane_admit(&l, 15200, false, &w), LANE_STOPPED);
+	lane_resume(&l);
+	assert_int_equal(lane_admit(&l, 15300, false, &w), LANE_GO);
+	assert_int_equal(lane_admit(&l, 15300, false, &w), LANE_GO);
+}
+
+/* Resuming a lane forgets a probe still out. */
+static void lane_resume_forgets_the_probe(void **state)
+{
+	struct lane l;
+	struct retry_decision bad = { .verdict = RETRY_RESEND, .circuit_refusal = true };
+	uint64_t w;
+
+	lane_init(&l, NULL, 0);
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(lane_admit(&l, 0, false, &w), LANE_GO);
+		lane_record(&l, 0, &bad);
+	}
+	assert_int_equal(lane_admit(&l, 15000, false, &w), LANE_GO); /* the probe */
+	assert_int_equal(lane_admit(&l, 15100, false, &w), LANE_WAIT);
+	lane_resume(&l);
+	assert_int_equal(lane_admit(&l, 15100, false, &w), LANE_GO); /* a new probe */
+	assert_int_equal(lane_admit(&l, 15100, false, &w), LANE_WAIT);
 }
 
 static void budget_ten_percent(void **state)
@@ -302,6 +362,9 @@ int main(void)
 		cmocka_unit_test(circuit_threshold_and_minimum),
 		cmocka_unit_test(circuit_window_is_a_rolling_minute),
 		cmocka_unit_test(circuit_probe_closes_or_reopens),
+		cmocka_unit_test(circuit_lost_probe_is_given_up),
+		cmocka_unit_test(lane_probe_answered_by_stop),
+		cmocka_unit_test(lane_resume_forgets_the_probe),
 		cmocka_unit_test(budget_ten_percent),
 		cmocka_unit_test(budget_floor_for_quiet_lanes),
 		cmocka_unit_test(budget_wait_until_old_resends_leave),
