@@ -144,9 +144,10 @@ static int validate_campaign(const struct fairshare_org *org, const struct fairs
 	if (c->state != FAIRSHARE_RUNNING && c->state != FAIRSHARE_PAUSED &&
 	    c->state != FAIRSHARE_STOPPED)
 		return -EINVAL;
-	if (!isfinite(k->fluid) || k->fluid < 0 || k->fluid > FAIRSHARE_COUNT_MAX ||
-	    !count_ok(k->floor) || k->deficit > FAIRSHARE_DEFICIT_MAX ||
-	    k->deficit < -FAIRSHARE_DEFICIT_MAX)
+	if (k->fluid_den < 0 || k->fluid_den > FAIRSHARE_CAMPAIGNS_MAX || k->fluid_num < 0 ||
+	    (k->fluid_den == 0 && k->fluid_num != 0) ||
+	    k->fluid_num > (int64_t)FAIRSHARE_COUNT_MAX * k->fluid_den || !count_ok(k->floor) ||
+	    k->deficit > FAIRSHARE_DEFICIT_MAX || k->deficit < -FAIRSHARE_DEFICIT_MAX)
 		return -EINVAL;
 	return 0;
 }
@@ -198,19 +199,30 @@ static bool gated(const struct ctx *x, const struct fairshare_campaign *c)
 	return x->cap != FAIRSHARE_UNLIMITED && !c->direct && c->agent != FAIRSHARE_NO_AGENT;
 }
 
-/* Integral of (fluid - floor) dt over the elapsed interval, added to the carried deficit (R5). */
+__extension__ typedef __int128 wide;
+
+/* Floor division of a by b > 0. */
+static wide floor_div(wide a, wide b)
+{
+	wide q = a / b;
+
+	return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+/* Integral of (fluid - floor) dt over the elapsed interval, added to the carried deficit: exact
+ * in integers, rounded half up once (R5). */
 static int64_t accumulate(const struct fairshare_carry *k, uint64_t elapsed_ms)
 {
-	double d = (k->fluid - (double)k->floor) * (double)elapsed_ms * 1000.0;
-	int64_t step, v;
+	wide den = k->fluid_den ? k->fluid_den : 1;
+	wide a = (wide)k->fluid_num - (wide)k->floor * den;
+	wide step = floor_div(2 * a * (wide)elapsed_ms * 1000 + den, 2 * den);
+	int64_t v;
 
-	if (d > 2.0 * FAIRSHARE_DEFICIT_MAX)
+	if (step > 2 * FAIRSHARE_DEFICIT_MAX)
 		step = 2 * FAIRSHARE_DEFICIT_MAX;
-	else if (d < -2.0 * FAIRSHARE_DEFICIT_MAX)
+	if (step < -2 * FAIRSHARE_DEFICIT_MAX)
 		step = -2 * FAIRSHARE_DEFICIT_MAX;
-	else
-		step = llround(d);
-	v = k->deficit + step;
+	v = k->deficit + (int64_t)step;
 	if (v > FAIRSHARE_DEFICIT_MAX)
 		v = FAIRSHARE_DEFICIT_MAX;
 	if (v < -FAIRSHARE_DEFICIT_MAX)
@@ -484,15 +496,17 @@ static void effective(const struct ctx *x, const struct totals *t, uint32_t i)
 	int64_t r = c->running, f = o->floor;
 	int64_t others = t->hold - max64(f, r);
 	int64_t best = INT64_MAX;
+	bool shared;
 
 	if (!c->direct && c->ceiling != FAIRSHARE_UNLIMITED)
 		bind(o, &best, c->ceiling, FAIRSHARE_BY_CEILING, c->ceiling);
 	if (gated(x, c))
 		bind(o, &best, r + max64(0, (int64_t)x->cap - x->org->agent_running[c->agent]),
 		     FAIRSHARE_BY_AGENT, x->cap);
+	shared = others > 0 && t->active >= 2; /* R11 */
 	bind(o, &best, max64(f, x->org->org_limit - others),
-	     others > 0 ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG,
-	     others > 0 ? t->active : x->org->org_limit);
+	     shared ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG,
+	     shared ? t->active : x->org->org_limit);
 	bind(o, &best, r + system_room(x->org), FAIRSHARE_BY_SYSTEM, x->org->system_limit);
 	o->effective_limit = (uint32_t)best;
 }
@@ -538,6 +552,25 @@ static void prepare(struct ctx *x)
 	}
 }
 
+static int64_t gcd64(int64_t a, int64_t b)
+{
+	while (b) {
+		int64_t t = a % b;
+
+		a = b;
+		b = t;
+	}
+	return a;
+}
+
+/* The carry to store: the fluid share in lowest terms (a canonical form for the vectors). */
+static struct fairshare_carry carry_of(int64_t deficit, struct frac f, uint32_t floor)
+{
+	int64_t g = gcd64(f.num, f.den);
+
+	return (struct fairshare_carry){ deficit, f.num / g, f.den / g, floor };
+}
+
 static void finish(struct ctx *x, const struct totals *t, struct fairshare_summary *summary)
 {
 	for (uint32_t i = 0; i < x->n; i++) {
@@ -545,7 +578,7 @@ static void finish(struct ctx *x, const struct totals *t, struct fairshare_summa
 
 		o->fluid = (double)x->fluid[i].num / (double)x->fluid[i].den;
 		if (o->active)
-			o->carry = (struct fairshare_carry){ x->acc[i], o->fluid, o->floor };
+			o->carry = carry_of(x->acc[i], x->fluid[i], o->floor);
 		capacity(x, t, i);
 	}
 	if (summary)

@@ -11,7 +11,8 @@
  *
  *  R1  active(c): state running (not paused, not stopped) and waiting + due >= 1. The direct
  *      pseudo-campaign is active while k >= 1 direct dials wait (its `waiting` is k, `due` 0).
- *      active_campaigns counts every active member of the pool, the direct one included.
+ *      active_campaigns counts every active member of the pool, the direct one included (a
+ *      waiting direct dial competes for the pool like a campaign; R11 uses the same count).
  *  R2  need(c) = min(running + waiting + due, ceiling, org_limit) when active, else 0. The direct
  *      pseudo-campaign has no ceiling and no agent group (each direct dial names its own agent;
  *      the agent level is checked per dial by the gate).
@@ -23,11 +24,16 @@
  *      of the fluid shares. A campaign's floor is its fluid share rounded down, or up for the
  *      campaigns with the largest accumulated deficit (ties: smaller id, bytewise); a campaign
  *      whose gating agent has no room left is passed over, so floors never exceed a group cap.
- *  R5  Deficit: at a recompute after elapsed_ms, D = D_carried + (fluid_prev - floor_prev) *
- *      elapsed, where fluid_prev/floor_prev are those installed at the previous recompute, so D is
- *      the exact integral of (fluid - floor) dt up to now. It ranks the round-ups, and is stored in
- *      whole line-microseconds (integers: the order is exact and transcribable), clamped to
- *      +-FAIRSHARE_DEFICIT_MAX. A campaign that leaves the active set forgets its deficit.
+ *  R5  Deficit: at a recompute after elapsed_ms, D = D_carried + step, step = (fluid_prev -
+ *      floor_prev) * elapsed, where fluid_prev/floor_prev are those installed at the previous
+ *      recompute; D is the integral of (fluid - floor) dt up to now. It ranks the round-ups and
+ *      is stored in whole line-microseconds. fluid_prev is carried as an exact fraction n/d, so
+ *      step = (n - floor_prev * d) * elapsed_us / d is a rational computed in integers, and the
+ *      one rounding rule is round half up: step = floor((2 * a * elapsed_us + d) / (2 * d)),
+ *      a = n - floor_prev * d, floor division (so 312.5 -> 313, -687.5 -> -687). Each step is
+ *      within 1/2 line-microsecond of the exact integral, so deficits of one recompute sum to 0
+ *      within n/2 µs rather than exactly. D is clamped to +-FAIRSHARE_DEFICIT_MAX. A campaign
+ *      that leaves the active set forgets its deficit.
  *  R6  shortfall(c) = max(0, floor(c) - running(c)) is summed over batch campaigns only. The
  *      direct pseudo-campaign's reservation is direct_reserve = min(k, max(1, floor(direct))),
  *      which is bounded by k so no line is held for direct dials that no longer wait.
@@ -48,10 +54,12 @@
  *      effective_limit = running + free system slots, available_now = free system slots,
  *      limited_by says concurrency management is off.
  *  R11 effective_limit follows C12 literally. Sum over d != c of max(floor(d), running(d)) runs
- *      over every other input (inactive ones have floor 0), direct included. When this term binds
- *      and another campaign holds lines, limited_by is the fair share ("a fair share of the
- *      organisation pool across N active campaigns"); when no other campaign holds any, it is the
- *      organisation limit. Ties between terms name the narrower level: the campaign ceiling, then
+ *      over every other input (inactive ones have floor 0), direct included. When this term binds,
+ *      another campaign holds lines and at least two campaigns are active, limited_by is the fair
+ *      share ("a fair share of the organisation pool across N active campaigns", N as in R1:
+ *      the direct pseudo-campaign counts while direct dials wait, the same N the endpoint reports
+ *      as active_campaigns); otherwise (nobody else holds lines, or c is the only active campaign
+ *      beside paused or idle ones still holding calls) it is the organisation limit. Ties between terms name the narrower level: the campaign ceiling, then
  *      the agent, then the pool (fair share or organisation), then the system; the fluid share
  *      already bends to the narrower caps, so when the fair share equals a ceiling the ceiling is
  *      the cause (raising the org limit would not change it).
@@ -94,11 +102,13 @@ struct fairshare_org {
 	uint32_t n_agents;	       /* entries in agent_running */
 };
 
-/* What a recompute stores with the floors and hands to the next one. Zero for a new campaign. */
+/* What a recompute stores with the floors and hands to the next one. Zero for a new campaign.
+ * The fluid share is carried exactly, as the fraction fluid_num / fluid_den (den 0 means 0). */
 struct fairshare_carry {
-	int64_t deficit; /* integral of (fluid - floor) dt so far, line-microseconds */
-	double fluid;	 /* fluid share installed by the previous recompute */
-	uint32_t floor;	 /* floor installed by the previous recompute */
+	int64_t deficit;   /* integral of (fluid - floor) dt so far, line-microseconds (R5) */
+	int64_t fluid_num; /* fluid share installed by the previous recompute: numerator */
+	int64_t fluid_den; /* its denominator, 1..FAIRSHARE_CAMPAIGNS_MAX (0: no fluid share) */
+	uint32_t floor;	   /* floor installed by the previous recompute */
 };
 
 struct fairshare_campaign {

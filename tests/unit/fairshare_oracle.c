@@ -161,21 +161,29 @@ static int fill(struct st *s)
 	return -1;
 }
 
+/* R5 from its text: the exact rational (n/d - floor) * elapsed_us, split into a whole part and a
+ * remainder, then one rounding, half up; clamped. Written apart from the allocator's formula. */
 static int64_t accumulated(const struct fairshare_carry *k, uint64_t elapsed_ms)
 {
-	double d = (k->fluid - (double)k->floor) * (double)elapsed_ms * 1000.0;
-	int64_t step, v;
+	__extension__ typedef __int128 big;
+	big d = k->fluid_den ? k->fluid_den : 1;
+	big exact_num = ((big)k->fluid_num - (big)k->floor * d) * (big)(elapsed_ms * 1000);
+	big whole = exact_num / d, rem = exact_num % d, v;
 
-	if (fabs(d) > 2.0 * FAIRSHARE_DEFICIT_MAX)
-		step = d > 0 ? 2 * FAIRSHARE_DEFICIT_MAX : -2 * FAIRSHARE_DEFICIT_MAX;
-	else
-		step = llround(d);
-	v = k->deficit + step;
+	if (rem < 0) { /* make 0 <= rem < d, whole = floor(exact) */
+		rem += d;
+		whole -= 1;
+	}
+	if (2 * rem >= d) /* the fraction is at least 1/2: up */
+		whole += 1;
+	whole = whole > 2 * (big)FAIRSHARE_DEFICIT_MAX ? 2 * (big)FAIRSHARE_DEFICIT_MAX : whole;
+	whole = whole < -2 * (big)FAIRSHARE_DEFICIT_MAX ? -2 * (big)FAIRSHARE_DEFICIT_MAX : whole;
+	v = k->deficit + whole;
 	if (v > FAIRSHARE_DEFICIT_MAX)
 		return FAIRSHARE_DEFICIT_MAX;
 	if (v < -FAIRSHARE_DEFICIT_MAX)
 		return -FAIRSHARE_DEFICIT_MAX;
-	return v;
+	return (int64_t)v;
 }
 
 /* True when campaign a comes before b in round-up priority: larger deficit, then smaller id. */
@@ -424,9 +432,11 @@ static void capacity(const struct st *s, uint32_t c, uint32_t active, struct ora
 			term(k->running + (free > 0 ? free : 0), FAIRSHARE_BY_AGENT, s->cap, o,
 			     &best);
 		}
+		bool shared = others && active >= 2; /* R11: a share needs a second campaign */
+
 		term(org > s->floor[c] ? org : s->floor[c],
-		     others ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG,
-		     others ? active : s->org->org_limit, o, &best);
+		     shared ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG,
+		     shared ? active : s->org->org_limit, o, &best);
 		term(k->running + sys_room, FAIRSHARE_BY_SYSTEM, s->org->system_limit, o, &best);
 		o->available_now = count_admissions(s, c);
 	}

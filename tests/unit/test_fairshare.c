@@ -59,9 +59,9 @@ static void recompute_rejects_bad_input(void **state)
 	c[0].running = FAIRSHARE_COUNT_MAX + 1;
 	assert_int_equal(run(&org, c, 2, out, NULL), -EINVAL);
 	c[0].running = 0;
-	c[0].carry.fluid = NAN;
+	c[0].carry.fluid_num = 1; /* a fluid share without a denominator */
 	assert_int_equal(run(&org, c, 2, out, NULL), -EINVAL);
-	c[0].carry.fluid = 0;
+	c[0].carry.fluid_num = 0;
 	assert_int_equal(fairshare_recompute(&org, c, 2, out, NULL, small, sizeof(small)),
 			 -ENOBUFS);
 	assert_int_equal(fairshare_recompute(NULL, c, 2, out, NULL, small, sizeof(small)), -EINVAL);

@@ -77,10 +77,11 @@ static void dump(const struct scenario *s)
 		const struct fairshare_campaign *c = &s->c[i];
 
 		print_message("  [%u] %s run %u wait %u due %u ceil %d agent %d state %d direct %d "
-			      "carry(%lld, %.6f, %u)\n",
+			      "carry(%lld, %lld/%lld, %u)\n",
 			      i, c->id, c->running, c->waiting, c->due, (int)c->ceiling,
 			      (int)c->agent, c->state, c->direct, (long long)c->carry.deficit,
-			      c->carry.fluid, c->carry.floor);
+			      (long long)c->carry.fluid_num, (long long)c->carry.fluid_den,
+			      c->carry.floor);
 	}
 }
 
@@ -106,7 +107,8 @@ static void random_campaign(struct rng *r, struct scenario *s, uint32_t i)
 				 : (chance(r, 50) ? FAIRSHARE_PAUSED : FAIRSHARE_STOPPED);
 	if (chance(r, 60)) {
 		c->carry.deficit = (int64_t)below(r, 2000001) - 1000000;
-		c->carry.fluid = below(r, 43) / 6.0;
+		c->carry.fluid_den = 1 + below(r, 16); /* halves, odd denominators: R5 rounding */
+		c->carry.fluid_num = below(r, 7 * (uint32_t)c->carry.fluid_den + 1);
 		c->carry.floor = below(r, 8);
 	}
 }

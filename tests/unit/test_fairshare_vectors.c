@@ -61,7 +61,7 @@ static cJSON *load(void)
 	assert_non_null(doc);
 	assert_string_equal(cJSON_GetObjectItem(doc, "format")->valuestring,
 			    "dsp-fairshare-vectors");
-	assert_int_equal(cJSON_GetObjectItem(doc, "version")->valueint, 1);
+	assert_int_equal(cJSON_GetObjectItem(doc, "version")->valueint, 2);
 	return doc;
 }
 
@@ -167,7 +167,8 @@ static void campaign_of(struct org_case *k, const cJSON *j, struct fairshare_cam
 	};
 	if (carry) {
 		c->carry.deficit = (int64_t)cJSON_GetObjectItem(carry, "deficit")->valuedouble;
-		c->carry.fluid = cJSON_GetObjectItem(carry, "fluid")->valuedouble;
+		c->carry.fluid_num = (int64_t)cJSON_GetObjectItem(carry, "fluid_num")->valuedouble;
+		c->carry.fluid_den = (int64_t)cJSON_GetObjectItem(carry, "fluid_den")->valuedouble;
 		c->carry.floor = u32_or(carry, "floor", 0);
 	}
 }
