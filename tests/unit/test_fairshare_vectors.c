@@ -552,6 +552,279 @@ static void run_sequence(const cJSON *j)
 	run_steps(&q, cJSON_GetObjectItem(j, "steps"));
 }
 
+/* ---- schema: every key must be one tests/vectors/README.md lists ---- */
+
+#define KEYS(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+static const char *const org_keys[] = { "system_limit", "system_running", "org_limit", "per_agent",
+					"enforced",	"elapsed_ms",	  NULL };
+static const char *const campaign_keys[] = { "id",    "running", "waiting", "due",   "ceiling",
+					     "agent", "state",	 "direct",  "carry", NULL };
+
+struct schema {
+	char *err; /* first violation, written once */
+	size_t size;
+	const char *name; /* the case */
+	const char *ids[MAX_C];
+	uint32_t n_ids;
+	const char *agents[MAX_A];
+	uint32_t n_agents;
+};
+
+static bool listed(const char *const *keys, uint32_t n, const char *key)
+{
+	for (uint32_t i = 0; n == UINT32_MAX ? keys[i] != NULL : i < n; i++)
+		if (strcmp(keys[i], key) == 0)
+			return true;
+	return false;
+}
+
+static bool bad(struct schema *sc, const char *where, const char *what, const char *key)
+{
+	if (!sc->err[0])
+		snprintf(sc->err, sc->size, "%s: %s: %s \"%s\"", sc->name, where, what, key);
+	return false;
+}
+
+/* obj (absent is fine) is an object whose keys are all in keys[] (NULL-terminated), or in the
+ * first n of names[] when names is not NULL (keys naming campaigns or agents). */
+static bool keys_in(struct schema *sc, const cJSON *obj, const char *where, const char *const *keys,
+		    const char *const *names, uint32_t n)
+{
+	const cJSON *k;
+
+	if (!obj)
+		return true;
+	if (!cJSON_IsObject(obj))
+		return bad(sc, where, "not an object", "");
+	cJSON_ArrayForEach(k, obj)
+	{
+		bool ok = names ? listed(names, n, k->string) : listed(keys, UINT32_MAX, k->string);
+
+		if (!ok)
+			return bad(sc, where, names ? "undeclared name" : "unknown key", k->string);
+	}
+	return true;
+}
+
+static bool only(struct schema *sc, const cJSON *obj, const char *where, const char *const *keys)
+{
+	return keys_in(sc, obj, where, keys, NULL, 0);
+}
+
+static bool by_id(struct schema *sc, const cJSON *obj, const char *where)
+{
+	return keys_in(sc, obj, where, NULL, sc->ids, sc->n_ids);
+}
+
+static bool by_agent(struct schema *sc, const cJSON *obj, const char *where)
+{
+	return keys_in(sc, obj, where, NULL, sc->agents, sc->n_agents);
+}
+
+static void declare_agent(struct schema *sc, const char *agent)
+{
+	if (agent && !listed(sc->agents, sc->n_agents, agent) && sc->n_agents < MAX_A)
+		sc->agents[sc->n_agents++] = agent;
+}
+
+/* Case keys, org, campaigns (and their carry); collects the declared campaign and agent ids. */
+static bool schema_head(struct schema *sc, const cJSON *j, const char *const *case_keys,
+			const char *const *okeys, const char *const *ckeys)
+{
+	const cJSON *c;
+
+	sc->name = str_or(j, "name", "?");
+	sc->n_ids = sc->n_agents = 0;
+	if (!only(sc, j, "case", case_keys) ||
+	    !only(sc, cJSON_GetObjectItem(j, "org"), "org", okeys))
+		return false;
+	cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "campaigns"))
+	{
+		if (!only(sc, c, "campaign", ckeys) ||
+		    !only(sc, cJSON_GetObjectItem(c, "carry"), "carry",
+			  KEYS("deficit", "fluid_num", "fluid_den", "floor")))
+			return false;
+		if (sc->n_ids < MAX_C)
+			sc->ids[sc->n_ids++] = str_or(c, "id", "");
+		declare_agent(sc, str_or(c, "agent", NULL));
+	}
+	cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "agents"))
+	{
+		declare_agent(sc, c->string);
+	}
+	return true;
+}
+
+static bool schema_expect_campaign(struct schema *sc, const cJSON *c)
+{
+	const cJSON *cap = cJSON_GetObjectItem(c, "capacity");
+
+	return only(sc, c, "expect.campaigns.<id>", KEYS("capacity", "allocation")) &&
+	       only(sc, cap, "capacity",
+		    KEYS("running_now", "effective_limit", "limited_by", "campaign_limit",
+			 "org_limit", "available_now", "fair_share")) &&
+	       only(sc, cJSON_GetObjectItem(cap, "fair_share"), "capacity.fair_share",
+		    KEYS("active_campaigns", "guaranteed_floor", "reserved_for_other_campaigns")) &&
+	       only(sc, cJSON_GetObjectItem(c, "allocation"), "allocation",
+		    KEYS("active", "need", "fluid", "floor", "shortfall", "deficit", "limited_by"));
+}
+
+static bool schema_state(struct schema *sc, const cJSON *j)
+{
+	const cJSON *e = cJSON_GetObjectItem(j, "expect"), *c;
+
+	if (!schema_head(sc, j, KEYS("name", "spec", "org", "agents", "campaigns", "expect"),
+			 org_keys, campaign_keys) ||
+	    !only(sc, e, "expect", KEYS("summary", "campaigns")) ||
+	    !only(sc, cJSON_GetObjectItem(e, "summary"), "expect.summary",
+		  KEYS("active_campaigns", "floors_total", "shortfall_total", "direct_reserve")) ||
+	    !by_id(sc, cJSON_GetObjectItem(e, "campaigns"), "expect.campaigns"))
+		return false;
+	cJSON_ArrayForEach(c, cJSON_GetObjectItem(e, "campaigns"))
+	{
+		if (!schema_expect_campaign(sc, c))
+			return false;
+	}
+	return true;
+}
+
+static bool schema_refresh(struct schema *sc, const cJSON *j)
+{
+	const cJSON *st;
+
+	if (!schema_head(sc, j, KEYS("name", "spec", "org", "campaigns", "steps"), org_keys,
+			 campaign_keys))
+		return false;
+	cJSON_ArrayForEach(st, cJSON_GetObjectItem(j, "steps"))
+	{
+		if (!only(sc, st, "step",
+			  KEYS("elapsed_ms", "expect_floors", "expect_zero_floor",
+			       "expect_deficits")) ||
+		    !by_id(sc, cJSON_GetObjectItem(st, "expect_floors"), "expect_floors") ||
+		    !by_id(sc, cJSON_GetObjectItem(st, "expect_deficits"), "expect_deficits"))
+			return false;
+	}
+	return true;
+}
+
+/* Whether a step of operation op may carry key beyond op, now_ms, times and expect; *known is
+ * false for an unknown op. */
+static bool op_key(const char *op, const char *key, bool *known)
+{
+	const struct {
+		const char *op;
+		const char *const *keys;
+	} t[] = {
+		{ "install", KEYS("version", "floors", "ttl_ms") },
+		{ "admit", KEYS("campaign", "agent") },
+		{ "release", KEYS("campaign", "agent") },
+		{ "direct_wait", KEYS("-") },
+		{ "direct_unwait", KEYS("-") },
+		{ "set_limits", KEYS("org_limit", "per_agent", "enforced") },
+		{ "set_ceiling", KEYS("campaign", "ceiling") },
+		{ "repeat", KEYS("steps") },
+		{ "check", KEYS("-") },
+	};
+
+	*known = false;
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		if (strcmp(t[i].op, op) == 0) {
+			*known = true;
+			return listed(t[i].keys, UINT32_MAX, key);
+		}
+	return false;
+}
+
+static bool schema_check_expect(struct schema *sc, const cJSON *e)
+{
+	return only(sc, e, "check.expect",
+		    KEYS("org_running", "system_running", "running", "agents", "shortfall_total",
+			 "direct_waiting", "direct_reserve", "stats")) &&
+	       by_id(sc, cJSON_GetObjectItem(e, "running"), "check.expect.running") &&
+	       by_agent(sc, cJSON_GetObjectItem(e, "agents"), "check.expect.agents") &&
+	       only(sc, cJSON_GetObjectItem(e, "stats"), "check.expect.stats",
+		    KEYS("admitted", "fcfs", "refused_system", "refused_organisation",
+			 "refused_agent", "refused_campaign", "refused_fair_share"));
+}
+
+static bool schema_steps(struct schema *sc, const cJSON *steps);
+
+static bool schema_step(struct schema *sc, const cJSON *st)
+{
+	const char *op = str_or(st, "op", "");
+	const cJSON *k, *e = cJSON_GetObjectItem(st, "expect");
+	bool known;
+
+	op_key(op, "", &known);
+	if (!known)
+		return bad(sc, "step", "unknown op", op);
+	cJSON_ArrayForEach(k, st)
+	{
+		if (!listed(KEYS("op", "now_ms", "times", "expect"), UINT32_MAX, k->string) &&
+		    !op_key(op, k->string, &known))
+			return bad(sc, op, "unknown key", k->string);
+	}
+	if (!by_id(sc, cJSON_GetObjectItem(st, "floors"), "install.floors"))
+		return false;
+	if (strcmp(op, "admit") == 0)
+		return only(sc, e, "admit.expect", KEYS("admitted", "level", "reason", "fcfs"));
+	if (strcmp(op, "check") == 0)
+		return schema_check_expect(sc, e);
+	if (e && !cJSON_IsString(e))
+		return bad(sc, op, "expect is not a string", "expect");
+	return strcmp(op, "repeat") != 0 || schema_steps(sc, cJSON_GetObjectItem(st, "steps"));
+}
+
+static bool schema_steps(struct schema *sc, const cJSON *steps)
+{
+	const cJSON *st;
+
+	cJSON_ArrayForEach(st, steps)
+	{
+		if (!schema_step(sc, st))
+			return false;
+	}
+	return true;
+}
+
+static bool schema_sequence(struct schema *sc, const cJSON *j)
+{
+	return schema_head(sc, j, KEYS("name", "spec", "org", "system", "campaigns", "steps"),
+			   KEYS("org_limit", "per_agent", "enforced"),
+			   KEYS("id", "ceiling", "agent", "direct")) &&
+	       only(sc, cJSON_GetObjectItem(j, "system"), "system", KEYS("limit", "running")) &&
+	       schema_steps(sc, cJSON_GetObjectItem(j, "steps"));
+}
+
+/* Checks a whole vectors document against the README's schema. Returns NULL, or err (size bytes)
+ * describing the first key it does not know. */
+static const char *schema_error(const cJSON *doc, char *err, size_t size)
+{
+	static struct schema sc;
+	const struct {
+		const char *section;
+		bool (*check)(struct schema *, const cJSON *);
+	} sections[] = { { "states", schema_state },
+			 { "sequences", schema_sequence },
+			 { "refreshes", schema_refresh } };
+	const cJSON *c;
+
+	sc = (struct schema){ .err = err, .size = size, .name = "file" };
+	err[0] = '\0';
+	if (!only(&sc, doc, "top level",
+		  KEYS("format", "version", "doc", "defaults", "states", "sequences", "refreshes")))
+		return err;
+	for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++) {
+		cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, sections[i].section))
+		{
+			if (!sections[i].check(&sc, c))
+				return err;
+		}
+	}
+	return NULL;
+}
+
 /* ---- cmocka ---- */
 
 static int setup(void **state)
@@ -566,7 +839,11 @@ static void for_each(const char *section, void (*run)(const cJSON *), int at_lea
 {
 	cJSON *doc = load();
 	const cJSON *c;
+	char err[256];
 	int n = 0;
+
+	if (schema_error(doc, err, sizeof(err)))
+		fail_msg("tests/vectors/fairshare.json: %s", err);
 
 	cJSON_ArrayForEach(c, cJSON_GetObjectItem(doc, section))
 	{
@@ -592,12 +869,55 @@ static void vector_refreshes(void **state)
 	for_each("refreshes", run_refresh, 2);
 }
 
+/* A misspelt or unknown key anywhere in a case is reported, not skipped (review finding 2). */
+static void schema_rejects_unknown_keys(void **state)
+{
+	static const char *const bad_docs[][2] = {
+		{ "{\"states\":[{\"name\":\"s\",\"campaigns\":[{\"id\":\"A\"}],"
+		  "\"expect\":{\"campaigns\":{\"A\":{\"capacity\":{\"available_nwo\":999}}}}}]}",
+		  "available_nwo" },
+		{ "{\"states\":[{\"name\":\"s\",\"campaigns\":[{\"id\":\"A\"}],"
+		  "\"expect\":{\"campaigns\":{\"B\":{}}}}]}",
+		  "\"B\"" },
+		{ "{\"states\":[{\"name\":\"s\",\"expect\":{\"sumary\":{}}}]}", "sumary" },
+		{ "{\"states\":[{\"name\":\"s\",\"campaigns\":[{\"id\":\"A\","
+		  "\"carry\":{\"fluid\":1}}]}]}",
+		  "fluid" },
+		{ "{\"sequences\":[{\"name\":\"q\",\"campaigns\":[{\"id\":\"A\"}],"
+		  "\"steps\":[{\"op\":\"admit\",\"campaign\":\"A\","
+		  "\"expect\":{\"admited\":true}}]}]}",
+		  "admited" },
+		{ "{\"sequences\":[{\"name\":\"q\",\"steps\":[{\"op\":\"repeat\",\"times\":2,"
+		  "\"steps\":[{\"op\":\"check\",\"expect\":{\"stats\":{\"refused_org\":1}}}]}]}]}",
+		  "refused_org" },
+		{ "{\"sequences\":[{\"name\":\"q\",\"steps\":[{\"op\":\"install\",\"vresion\":2}]}]"
+		  "}",
+		  "vresion" },
+		{ "{\"refreshes\":[{\"name\":\"r\",\"steps\":[{\"expect_floor\":{}}]}]}",
+		  "expect_floor" },
+		{ "{\"version\":2,\"state\":[]}", "state" },
+	};
+	char err[256];
+
+	for (size_t i = 0; i < sizeof(bad_docs) / sizeof(bad_docs[0]); i++) {
+		cJSON *doc = cJSON_Parse(bad_docs[i][0]);
+
+		assert_non_null(doc);
+		if (!schema_error(doc, err, sizeof(err)))
+			fail_msg("bad vector %zu not detected: %s", i, bad_docs[i][0]);
+		if (!strstr(err, bad_docs[i][1]))
+			fail_msg("bad vector %zu: \"%s\" does not name %s", i, err, bad_docs[i][1]);
+		cJSON_Delete(doc);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup(vector_states, setup),
 		cmocka_unit_test_setup(vector_sequences, setup),
 		cmocka_unit_test_setup(vector_refreshes, setup),
+		cmocka_unit_test_setup(schema_rejects_unknown_keys, setup),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
