@@ -4,8 +4,9 @@
  *     release, demand change, pause, limit change, refresh, stale install, time, direct wait);
  *     after every event the gate's aggregates equal a recount under the same installed floors,
  *     every decision equals the oracle's, and no admission takes a level past its limit;
- *   - pump_is_work_conserving: after filling, every refusal of a campaign with demand is
- *     justified by a full level or by lines reserved for someone else's floor;
+ *   - pump_is_work_conserving: after filling, every free line is accounted for, from C5's
+ *     definitions alone, by a full level or by a named claimant's floor or the direct reserve
+ *     (direct dials name agents, gating ones included);
  *   - floors_reached_as_calls_end: from any running mix, once the calls running at install time
  *     end, every backlogged campaign holds at least its floor;
  *   - rounding_rotates: remainders rotate and nobody is held at floor 0 (random n > org_limit).
@@ -252,7 +253,8 @@ struct seq {
 	uint64_t last_refresh;
 	uint32_t k;
 	uint32_t direct;
-	bool fixed_direct_agent; /* direct dials name no agent (pump tests) */
+	bool fixed_direct_agent; /* direct dials all name direct_agent (pump tests) */
+	uint32_t direct_agent;	 /* FAIRSHARE_NO_AGENT unless a test sets one */
 	void *work;
 	size_t work_size;
 };
@@ -367,6 +369,7 @@ static void seq_init(struct seq *q, struct rng *r, void *work, size_t size)
 	q->work = work;
 	q->work_size = size;
 	q->now = 1000;
+	q->direct_agent = FAIRSHARE_NO_AGENT;
 	sync_counts(q);
 }
 
@@ -441,7 +444,7 @@ static bool attempt(struct seq *q, uint32_t campaign, uint32_t agent)
 static uint32_t slot_agent(struct seq *q, struct rng *r, uint32_t c)
 {
 	if (c == q->direct && q->fixed_direct_agent)
-		return FAIRSHARE_NO_AGENT;
+		return q->direct_agent;
 	if (c != q->direct)
 		return q->gc[c].agent;
 	return chance(r, 30) ? FAIRSHARE_NO_AGENT : below(r, q->sc.org.n_agents);
@@ -626,33 +629,68 @@ static void backlog_state(struct seq *q, struct rng *r, uint32_t *left)
 	}
 }
 
-/* A refusal of c with backlog: a full level, or no free line that is not someone else's. */
-static void check_refusal_justified(struct seq *q, uint32_t c)
+/* Work conservation stated from C5's definitions alone, without asking the gate or the oracle
+ * why anything was refused. After a pump (nobody more admitted), for every campaign c still
+ * holding backlog: either one of c's own levels is full (system, organisation, its agent when
+ * it gates, its ceiling), or every free org line is accounted for by a named claim that is not
+ * c's: a batch campaign d short of its floor (shortfall(d) lines) that could still dial or is
+ * held by a full level of its own, or, for a batch c, the waiting direct dials' reserve. A
+ * claimant that could dial and is short of its floor must itself be held by the direct reserve,
+ * else the pump left a line idle that the rule gives it. Direct dials name an agent. */
+static bool own_level_full(const struct seq *q, uint32_t c, uint32_t agent)
 {
-	struct oracle_gate o;
-	struct fairshare_decision d;
-	uint64_t O, others = 0, R = 0;
+	uint32_t cap = q->sc.org.per_agent;
+	bool gates = cap != FAIRSHARE_UNLIMITED && cap < q->sc.org.org_limit;
 
-	oracle_state(q, &o);
-	d = oracle_admit(&o, c, c == q->direct ? FAIRSHARE_NO_AGENT : q->gc[c].agent);
-	CHECK(&q->sc, !d.admitted);
-	O = q->n_calls;
-	for (uint32_t i = 0; i < q->sc.n; i++)
-		if (i != c && i != q->direct && o.floor[i] > o.running[i])
-			others += o.floor[i] - o.running[i];
-	if (q->k)
-		R = q->k < (o.floor[q->direct] > 1 ? o.floor[q->direct] : 1)
-			    ? q->k
-			    : (o.floor[q->direct] > 1 ? o.floor[q->direct] : 1);
-	if (d.level == FAIRSHARE_LEVEL_ORG)
-		CHECK(&q->sc, O >= q->sc.org.org_limit);
-	if (d.level == FAIRSHARE_LEVEL_CAMPAIGN)
-		CHECK(&q->sc, o.running[c] >= q->sc.c[c].ceiling);
-	if (d.reason == FAIRSHARE_REASON_DIRECT_RESERVE)
-		CHECK(&q->sc, q->sc.org.org_limit - O <= R);
-	if (d.reason == FAIRSHARE_REASON_FLOORS)
-		CHECK(&q->sc, o.running[c] >= (c == q->direct ? 1 : o.floor[c]) &&
-				      q->sc.org.org_limit - O <= (c == q->direct ? 0 : R) + others);
+	if (q->sys.running >= q->sys.limit || q->n_calls >= q->sc.org.org_limit)
+		return true;
+	if (gates && agent != FAIRSHARE_NO_AGENT && count_agent(q, agent) >= cap)
+		return true;
+	return c != q->direct && q->sc.c[c].ceiling != FAIRSHARE_UNLIMITED &&
+	       count_running(q, c) >= q->sc.c[c].ceiling;
+}
+
+static uint32_t direct_claim(const struct seq *q)
+{
+	uint32_t fd = q->floors[q->direct] > 1 ? q->floors[q->direct] : 1;
+
+	return q->k < fd ? q->k : fd;
+}
+
+/* Free org lines claimed by others than c; fails when a claimant could dial but was left idle
+ * although no direct reserve holds the free lines. */
+static uint64_t claims_of_others(const struct seq *q, uint32_t c, const uint32_t *left,
+				 uint64_t free)
+{
+	uint64_t claims = c == q->direct ? 0 : direct_claim(q);
+
+	for (uint32_t d = 0; d < q->sc.n; d++) {
+		uint32_t run = count_running(q, d);
+
+		if (d == c || d == q->direct || q->floors[d] <= run)
+			continue;
+		claims += q->floors[d] - run;
+		if (left[d] > 0 && !own_level_full(q, d, q->gc[d].agent))
+			CHECK(&q->sc, free <= direct_claim(q));
+	}
+	return claims;
+}
+
+static void check_work_conserving(struct seq *q, const uint32_t *left)
+{
+	uint64_t free = q->sc.org.org_limit - q->n_calls;
+
+	for (uint32_t c = 0; c < q->sc.n; c++) {
+		uint32_t agent = c == q->direct ? q->direct_agent : q->gc[c].agent;
+
+		if (left[c] == 0 || q->sc.c[c].state != FAIRSHARE_RUNNING ||
+		    own_level_full(q, c, agent))
+			continue;
+		/* A direct dial below max(1, floor(direct)) has first claim: never left waiting. */
+		if (c == q->direct)
+			CHECK(&q->sc, count_running(q, c) >= (q->floors[c] > 1 ? q->floors[c] : 1));
+		CHECK(&q->sc, free <= claims_of_others(q, c, left, free));
+	}
 }
 
 static void pump_is_work_conserving(void **state)
@@ -666,6 +704,7 @@ static void pump_is_work_conserving(void **state)
 	for (int s = 0; s < 20000; s++) {
 		seq_init(&q, &r, work, size);
 		q.fixed_direct_agent = true;
+		q.direct_agent = chance(&r, 30) ? FAIRSHARE_NO_AGENT : below(&r, q.sc.org.n_agents);
 		q.sc.org.enforced = true;
 		assert_int_equal(
 			fairshare_gate_set_limits(
@@ -675,9 +714,7 @@ static void pump_is_work_conserving(void **state)
 		backlog_state(&q, &r, left);
 		refresh(&q);
 		pump(&q, &r, left);
-		for (uint32_t c = 0; c < q.sc.n; c++)
-			if (left[c] > 0 && q.sc.c[c].state == FAIRSHARE_RUNNING)
-				check_refusal_justified(&q, c);
+		check_work_conserving(&q, left);
 		check_aggregates(&q);
 	}
 	test_free(work);
