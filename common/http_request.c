@@ -102,11 +102,21 @@ static int header_bytes(llhttp_t *p, size_t n)
 	return 0;
 }
 
+/* llhttp reports a chunked body's trailers through the header callbacks, after
+ * on_headers_complete. They are counted against max_header_bytes and otherwise dropped: storing
+ * them would grow the arena that path, query and the headers point into. */
+static int trailer(llhttp_t *p, size_t n)
+{
+	return header_bytes(p, n) ? HPE_USER : 0;
+}
+
 static int on_header_field(llhttp_t *p, const char *at, size_t n)
 {
 	struct http_conn *c = conn_of(p);
 	struct http_request *req = c->cur;
 
+	if (req->headers_done)
+		return trailer(p, n);
 	if (!req->in_value && (req->nhdrs == 0 || req->hdrs[req->nhdrs - 1].value != NO_VALUE)) {
 		if (req->nhdrs >= c->srv->cfg.max_headers)
 			return fail(p, 431, "headers_too_large",
@@ -131,13 +141,19 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
 
 static int on_header_field_complete(llhttp_t *p)
 {
-	return http_buf_append(&conn_of(p)->cur->arena, "", 1) ? nomem(p) : 0;
+	struct http_request *req = conn_of(p)->cur;
+
+	if (req->headers_done)
+		return 0;
+	return http_buf_append(&req->arena, "", 1) ? nomem(p) : 0;
 }
 
 static int on_header_value(llhttp_t *p, const char *at, size_t n)
 {
 	struct http_request *req = conn_of(p)->cur;
 
+	if (req->headers_done)
+		return trailer(p, n);
 	if (!req->in_value) {
 		req->hdrs[req->nhdrs - 1].value = req->arena.len;
 		req->in_value = true;
@@ -151,6 +167,8 @@ static int on_header_value_complete(llhttp_t *p)
 {
 	struct http_request *req = conn_of(p)->cur;
 
+	if (req->headers_done)
+		return 0;
 	if (!req->in_value)
 		req->hdrs[req->nhdrs - 1].value = req->arena.len;
 	req->in_value = false;
@@ -252,13 +270,18 @@ static void finish_headers(struct http_request *req)
 	req->headers_done = true;
 }
 
-/* Sends "100 Continue" when the client waits for it and nothing is queued before. */
+/* Sends "100 Continue" when the client waits for it: now when nothing is queued before it,
+ * else when the answers before it are written (conn_flush). */
 static void maybe_continue(struct http_conn *c, struct http_request *req)
 {
 	const char *e = http_request_header(req, "Expect");
 
-	if (e && strcasecmp(e, "100-continue") == 0 && c->head == req)
+	if (!e || strcasecmp(e, "100-continue") != 0)
+		return;
+	if (c->head == req)
 		conn_continue(c);
+	else
+		req->want_continue = true;
 }
 
 static int on_headers_complete(llhttp_t *p)
@@ -270,6 +293,7 @@ static int on_headers_complete(llhttp_t *p)
 	finish_headers(req);
 	req->method = llhttp_method_name((llhttp_method_t)p->method);
 	req->keep_alive = llhttp_should_keep_alive(p);
+	req->http10 = p->http_major == 1 && p->http_minor == 0;
 	if (route(c->srv, req))
 		return nomem(p);
 	if (req->err_status && has_body)
@@ -312,8 +336,9 @@ static int on_message_complete(llhttp_t *p)
 		c->srv->stats.requests++;
 		req->route->r.handler(req, req->route->r.data);
 	}
-	/* req may be gone now. Read ahead no further than max_pipelined. */
-	if (c->queued >= c->srv->cfg.max_pipelined && !c->close_after)
+	/* req may be gone now. Read ahead no further than max_pipelined, and not while the output
+	 * waiting to be sent is above max_write_queued. */
+	if ((c->queued >= c->srv->cfg.max_pipelined || conn_output_full(c)) && !c->close_after)
 		return HPE_PAUSED;
 	return 0;
 }
@@ -446,23 +471,28 @@ int http_response_header(struct http_request *req, const char *name, const char 
 	return http_buf_printf(&req->extra, "%s: %s\r\n", name, value);
 }
 
+/* HEAD answers and 304 carry no body, but the Content-Length of the one they stand for; a
+ * 204 carries neither (RFC 9110 §6.4.1, §8.6). */
 static int serialize(struct http_request *req, int status, const char *ctype, const void *body,
 		     size_t len)
 {
 	struct http_buf *o = &req->out;
+	bool nobody = status == 204 || status == 304 || strcmp(req->method, "HEAD") == 0;
 	int err = http_buf_printf(o, "HTTP/1.1 %d %s\r\n", status, http_reason(status));
 
 	if (!err && ctype)
 		err = http_buf_printf(o, "Content-Type: %s\r\n", ctype);
-	if (!err)
+	if (!err && status != 204)
 		err = http_buf_printf(o, "Content-Length: %zu\r\n", len);
 	if (!err && req->close_after)
 		err = http_buf_puts(o, "Connection: close\r\n");
+	else if (!err && req->http10)
+		err = http_buf_puts(o, "Connection: keep-alive\r\n");
 	if (!err && req->extra.len)
 		err = http_buf_append(o, req->extra.data, req->extra.len);
 	if (!err)
 		err = http_buf_append(o, "\r\n", 2);
-	if (!err && len)
+	if (!err && len && !nobody)
 		err = http_buf_append(o, body, len);
 	return err;
 }
@@ -473,8 +503,6 @@ int http_respond(struct http_request *req, int status, const char *content_type,
 	struct http_conn *c = req->conn;
 	int err = 0;
 
-	if (req->done)
-		return -EINVAL;
 	if (status < 200 || status > 599) {
 		err = -EINVAL;
 		status = 500;

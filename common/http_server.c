@@ -34,6 +34,8 @@ void http_server_config_defaults(struct http_server_config *c)
 	c->body_timeout_ms = 30000;
 	c->idle_timeout_ms = 60000;
 	c->linger_ms = 2000;
+	c->max_write_queued = 1 << 20;
+	c->write_timeout_ms = 30000;
 }
 
 /* ---- lifetime ---- */
@@ -103,6 +105,7 @@ static void conn_close(struct http_conn *c)
 	uv_timer_stop(&c->timer);
 	uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
 	uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+	uv_close((uv_handle_t *)&c->wtimer, on_handle_closed);
 }
 
 /* ---- timers ---- */
@@ -161,6 +164,8 @@ static void conn_shutdown(struct http_conn *c)
 		conn_close(c);
 }
 
+static void conn_maybe_resume(struct http_conn *c);
+
 static void on_write(uv_write_t *w, int status)
 {
 	struct wreq *wr = w->data;
@@ -169,10 +174,53 @@ static void on_write(uv_write_t *w, int status)
 	free(wr->data);
 	free(wr);
 	c->writes--;
+	if (!c->writes && !c->closing)
+		uv_timer_stop(&c->wtimer);
 	if (status < 0)
 		conn_close(c);
 	else if (c->close_after && !c->head && !c->cur && !c->writes)
 		conn_shutdown(c);
+	else
+		conn_maybe_resume(c);
+}
+
+bool conn_output_full(struct http_conn *c)
+{
+	return uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp) >
+	       c->srv->cfg.max_write_queued;
+}
+
+/* Closes a connection whose writes sent nothing for a whole write_timeout_ms. */
+static void on_wtimer(uv_timer_t *t)
+{
+	struct http_conn *c = t->data;
+	size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+	uint64_t sent = c->wbytes - unsent;
+
+	if (unsent == 0 || sent != c->wmark) {
+		c->wmark = sent;
+		return;
+	}
+	log_debug(LOG_HTTP, "closing %s: %zu bytes unsent for %llu ms", c->peer, unsent,
+		  (unsigned long long)c->srv->cfg.write_timeout_ms);
+	c->srv->stats.write_timeouts++;
+	conn_close(c);
+}
+
+/* Accounts for a write just queued: the high-water mark and the progress timer. */
+static void write_queued(struct http_conn *c, size_t len)
+{
+	struct http_server *s = c->srv;
+	size_t unsent = uv_stream_get_write_queue_size((uv_stream_t *)&c->tcp);
+
+	c->wbytes += len;
+	if (unsent > s->stats.write_queued_max)
+		s->stats.write_queued_max = unsent;
+	if (s->cfg.write_timeout_ms && !uv_is_active((uv_handle_t *)&c->wtimer)) {
+		c->wmark = c->wbytes - unsent;
+		uv_timer_start(&c->wtimer, on_wtimer, s->cfg.write_timeout_ms,
+			       s->cfg.write_timeout_ms);
+	}
 }
 
 /* Writes len bytes of data; takes data (freed after the write) unless owned is false. */
@@ -196,7 +244,9 @@ static void conn_write(struct http_conn *c, char *data, size_t len, bool owned)
 		free(wr->data);
 		free(wr);
 		conn_close(c);
+		return;
 	}
+	write_queued(c, len);
 }
 
 void conn_continue(struct http_conn *c)
@@ -231,6 +281,8 @@ static void conn_pause(struct http_conn *c, const char *data, size_t len)
 {
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	c->paused = true;
+	if (conn_output_full(c))
+		c->srv->stats.write_pauses++;
 	if (!(c->pending = malloc(len ? len : 1))) {
 		conn_close(c);
 		return;
@@ -252,7 +304,7 @@ static void conn_parse(struct http_conn *c, const char *data, size_t len)
 			len -= (size_t)(pos - data);
 			data = pos;
 			llhttp_resume(&c->parser);
-			if (c->queued >= c->srv->cfg.max_pipelined) {
+			if (c->queued >= c->srv->cfg.max_pipelined || conn_output_full(c)) {
 				conn_pause(c, data, len);
 				break;
 			}
@@ -291,6 +343,15 @@ static void conn_resume(struct http_conn *c)
 	free(p);
 	if (!c->paused && !c->close_after && !c->closing && !c->shutting)
 		uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+/* Resumes a paused connection once it has room: fewer than max_pipelined requests waiting and
+ * its unsent output at most max_write_queued. */
+static void conn_maybe_resume(struct http_conn *c)
+{
+	if (c->paused && !c->in_parse && !c->closing && !c->shutting &&
+	    c->queued < c->srv->cfg.max_pipelined && !conn_output_full(c))
+		conn_resume(c);
 }
 
 void conn_fail(struct http_conn *c, int status, const char *code, const char *msg)
@@ -341,8 +402,11 @@ void conn_flush(struct http_conn *c)
 			break;
 		}
 	}
-	if (c->paused && !c->in_parse && !c->closing && c->queued < c->srv->cfg.max_pipelined)
-		conn_resume(c);
+	conn_maybe_resume(c);
+	if (c->head && !c->head->done && c->head->want_continue && !c->head->complete) {
+		c->head->want_continue = false; /* its turn: the answers before it are written */
+		conn_continue(c);
+	}
 	if (c->closing || c->head || c->cur)
 		return;
 	if (c->close_after || c->srv->closing) {
@@ -443,9 +507,11 @@ static struct http_conn *conn_new(struct http_server *s)
 	c->srv = s;
 	uv_tcp_init(s->loop, &c->tcp);
 	uv_timer_init(s->loop, &c->timer);
+	uv_timer_init(s->loop, &c->wtimer);
 	c->tcp.data = c;
 	c->timer.data = c;
-	c->handles = 2;
+	c->wtimer.data = c;
+	c->handles = 3;
 	c->next = s->conns;
 	if (s->conns)
 		s->conns->prev = c;

@@ -25,6 +25,12 @@
  *   no request for idle_timeout_ms on a kept-alive connection: closed silently.
  * Timers are per connection; a slow client holds nothing but its own connection.
  *
+ * Write back-pressure: a connection whose unsent output (bytes queued for writing, as libuv
+ * counts them) is above max_write_queued stops reading and parsing until its writes drain, so
+ * a client that pipelines requests and never reads holds at most max_write_queued plus the
+ * answers of max_pipelined requests. A connection whose writes make no progress for
+ * write_timeout_ms is closed (stats.write_timeouts).
+ *
  * Every error the server produces has a JSON body {"error":"<code>","message":"<sentence>"};
  * handlers should use http_respond_error() for theirs. The decorate hook sees every response
  * (the handlers' and the server's own) just before it is written and may add headers, which is
@@ -83,19 +89,25 @@ struct http_server_config {
 	uint64_t body_timeout_ms;   /* end of headers to the end of the body [30000] */
 	uint64_t idle_timeout_ms;   /* a kept-alive connection with nothing to do [60000] */
 	uint64_t linger_ms;	    /* reading (and dropping) input after a closing answer [2000] */
+	size_t max_write_queued;    /* unsent output above which reading pauses [1048576] */
+	uint64_t write_timeout_ms;  /* writes without progress this long close it, 0 = never
+				     * [30000] */
 	http_decorate_cb decorate;  /* optional */
 	void *decorate_data;	    /* borrowed */
 };
 
 /* Counters, for tests and metrics. */
 struct http_server_stats {
-	uint64_t accepted;  /* connections accepted */
-	uint64_t refused;   /* connections answered 503 because max_connections were open */
-	uint64_t requests;  /* requests handed to handlers */
-	uint64_t responses; /* responses written (handlers' and the server's) */
-	uint64_t errors;    /* responses the server produced itself (4xx/5xx) */
-	uint64_t timeouts;  /* 408s */
-	unsigned open;	    /* connections open now */
+	uint64_t accepted;	   /* connections accepted */
+	uint64_t refused;	   /* connections answered 503 because max_connections were open */
+	uint64_t requests;	   /* requests handed to handlers */
+	uint64_t responses;	   /* responses written (handlers' and the server's) */
+	uint64_t errors;	   /* responses the server produced itself (4xx/5xx) */
+	uint64_t timeouts;	   /* 408s */
+	uint64_t write_pauses;	   /* times a connection stopped reading for unsent output */
+	uint64_t write_timeouts;   /* connections closed because their writes made no progress */
+	uint64_t write_queued_max; /* the most unsent output any connection has had, in bytes */
+	unsigned open;		   /* connections open now */
 };
 
 /* Fills *c with the defaults in brackets above. */
@@ -155,9 +167,13 @@ const char *http_request_peer(const struct http_request *req);
 int http_response_header(struct http_request *req, const char *name, const char *value);
 
 /* Completes the request: status, Content-Type (NULL for none) and body (copied; may be NULL
- * with len 0). Content-Length and Connection are added by the server. The request is invalid
- * after this call. Returns 0; -EINVAL for a status outside 200..599 (the request is then
- * answered 500); -ENOMEM (the connection is closed). Either way the request is finished. */
+ * with len 0). Content-Length and Connection are added by the server; an HTTP/1.0 request
+ * that asked for keep-alive gets "Connection: keep-alive". The body is not sent for HEAD
+ * requests and 304 answers (Content-Length still says its length), nor for 204 (without
+ * Content-Length). The request is invalid after this call: calling http_respond() twice for
+ * one request is undefined. Returns 0; -EINVAL for a status outside 200..599 (the request is
+ * then answered 500); -ENOMEM (the connection is closed). Either way the request is
+ * finished. */
 int http_respond(struct http_request *req, int status, const char *content_type, const void *body,
 		 size_t len);
 

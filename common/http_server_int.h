@@ -39,9 +39,11 @@ struct http_request {
 	struct http_buf body;
 	bool headers_done, complete, handed; /* parsed headers, whole message, given to handler */
 	bool keep_alive;
-	bool done;	  /* response serialized into out */
-	bool close_after; /* close the connection after this response */
-	int err_status;	  /* a server error to answer at message end (404/405) */
+	bool http10;	    /* an HTTP/1.0 request (keep-alive is then echoed) */
+	bool want_continue; /* Expect: 100-continue, not sent yet (a request queued before) */
+	bool done;	    /* response serialized into out */
+	bool close_after;   /* close the connection after this response */
+	int err_status;	    /* a server error to answer at message end (404/405) */
 	const char *err_code, *err_msg;
 	struct http_buf extra; /* response headers added by the handler / decorate */
 	struct http_buf out;   /* the serialized response */
@@ -49,7 +51,8 @@ struct http_request {
 
 struct http_conn {
 	uv_tcp_t tcp;
-	uv_timer_t timer;
+	uv_timer_t timer;  /* header, body, idle and linger deadlines */
+	uv_timer_t wtimer; /* write progress, while writes are in flight */
 	uv_shutdown_t shutdown;
 	struct http_server *srv;
 	struct http_conn *prev, *next; /* server's list */
@@ -59,9 +62,11 @@ struct http_conn {
 	struct http_request *cur;	  /* the request being parsed (also the tail) */
 	char *pending;			  /* unparsed input kept while paused (owned) */
 	size_t pending_len;
-	int handles;	  /* uv handles not yet closed (tcp, timer) */
+	int handles;	  /* uv handles not yet closed (tcp, timer, wtimer) */
 	unsigned writes;  /* writes in flight */
-	bool paused;	  /* parser paused: too many requests read ahead */
+	uint64_t wbytes;  /* bytes handed to uv_write so far */
+	uint64_t wmark;	  /* bytes sent at the last write-progress check */
+	bool paused;	  /* parser paused: too many requests read ahead, or output too large */
 	bool in_parse;	  /* inside conn_parse() */
 	bool close_after; /* no more requests: close once everything is written */
 	bool shutting, lingering, closing;
@@ -100,5 +105,6 @@ void conn_fail(struct http_conn *c, int status, const char *code, const char *ms
 void conn_arm(struct http_conn *c, uint64_t ms);
 void conn_enqueue(struct http_conn *c, struct http_request *req);
 void conn_continue(struct http_conn *c);
+bool conn_output_full(struct http_conn *c);
 
 #endif

@@ -100,7 +100,8 @@ static void keep(int fd, const char *p, size_t n)
 	carry_len[fd] += n;
 }
 
-int raw_read_response(int fd, struct raw_response *r)
+/* Reads one response; with_body false: its head only (HEAD, 204, 304 carry no body). */
+static int read_response(int fd, struct raw_response *r, bool with_body)
 {
 	static char buf[1 << 20];
 	size_t have = 0;
@@ -119,7 +120,9 @@ int raw_read_response(int fd, struct raw_response *r)
 	r->head[hlen < sizeof(r->head) ? hlen : sizeof(r->head) - 1] = '\0';
 	sscanf(buf, "HTTP/1.%*d %d", &r->status);
 	char cl[32];
-	size_t blen = raw_header(r, "Content-Length", cl, sizeof(cl)) ? strtoul(cl, NULL, 10) : 0;
+	size_t blen = with_body && raw_header(r, "Content-Length", cl, sizeof(cl))
+			      ? strtoul(cl, NULL, 10)
+			      : 0;
 	while (have < hlen + blen) {
 		ssize_t n = fill(fd, buf, have, sizeof(buf) - 1);
 		if (n <= 0)
@@ -133,6 +136,24 @@ int raw_read_response(int fd, struct raw_response *r)
 	if (have > hlen + blen)
 		keep(fd, buf + hlen + blen, have - hlen - blen);
 	return 0;
+}
+
+int raw_read_response(int fd, struct raw_response *r)
+{
+	return read_response(fd, r, true);
+}
+
+int raw_read_head(int fd, struct raw_response *r)
+{
+	return read_response(fd, r, false);
+}
+
+void raw_close_reset(int fd)
+{
+	struct linger l = { 1, 0 };
+
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+	close(fd);
 }
 
 bool raw_wait_closed(int fd)

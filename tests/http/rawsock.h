@@ -27,6 +27,13 @@ int raw_send_str(int fd, const char *s);
  * complete response. */
 int raw_read_response(int fd, struct raw_response *r);
 
+/* Reads the head of one response and no body, whatever its Content-Length says (the answer
+ * to a HEAD, a 204 or a 304). Returns 0 or -1 like raw_read_response(). */
+int raw_read_head(int fd, struct raw_response *r);
+
+/* Closes fd with a reset (SO_LINGER {1, 0}) instead of a FIN. */
+void raw_close_reset(int fd);
+
 /* Returns true when the peer closes the connection (EOF or reset) within timeout. */
 bool raw_wait_closed(int fd);
 

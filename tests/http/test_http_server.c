@@ -88,6 +88,48 @@ static void h_slow(struct http_request *req, void *data)
 	uv_timer_start(&d->t, on_delay, ms, 0);
 }
 
+/* Echoes what the request parsed: path, query, and whether a header X-Trailer was stored. */
+static void h_path(struct http_request *req, void *data)
+{
+	char out[256];
+
+	snprintf(out, sizeof(out), "%s|%s|%d", http_request_path(req), http_request_query(req),
+		 http_request_header(req, "X-Trailer") != NULL);
+	http_respond(req, 200, "text/plain", out, strlen(out));
+}
+
+/* Answers with the status in the path and a body of "body". */
+static void h_status(struct http_request *req, void *data)
+{
+	int code = atoi(http_request_param(req, "code"));
+
+	http_respond(req, code, "text/plain", "body", 4);
+}
+
+#define BLOB (64 * 1024)
+
+static void h_blob(struct http_request *req, void *data)
+{
+	static char blob[BLOB];
+
+	memset(blob, 'b', sizeof(blob));
+	http_respond(req, 200, "application/octet-stream", blob, sizeof(blob));
+}
+
+/* The server's counters, read on the loop's thread. */
+static void h_stats(struct http_request *req, void *data)
+{
+	struct fixture *f = data;
+	struct http_server_stats st;
+	char out[256];
+
+	http_server_stats(f->srv, &st);
+	snprintf(out, sizeof(out), "%llu %llu %llu %u", (unsigned long long)st.write_pauses,
+		 (unsigned long long)st.write_timeouts, (unsigned long long)st.write_queued_max,
+		 st.open);
+	http_respond(req, 200, "text/plain", out, strlen(out));
+}
+
 static void h_hold(struct http_request *req, void *data)
 {
 	struct fixture *f = data;
@@ -99,7 +141,9 @@ static void h_held(struct http_request *req, void *data)
 {
 	struct fixture *f = data;
 
-	http_respond(req, 200, "text/plain", f->held ? "1" : "0", 1);
+	const char *v = !f->held ? "0" : http_request_aborted(f->held) ? "1a" : "1";
+
+	http_respond(req, 200, "text/plain", v, strlen(v));
 }
 
 static void decorate(struct http_request *req, int status, void *data)
@@ -150,10 +194,13 @@ static struct fixture *start(void (*tune)(struct http_server_config *))
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct http_server_config cfg;
 	const struct http_route routes[] = {
-		{ "GET", "/hello", 0, h_hello, f },	   { "POST", "/echo", 1024, h_echo, f },
-		{ "POST", "/big", 1 << 20, h_echo, f },	   { "GET", "/items/{id}", 0, h_item, f },
-		{ "DELETE", "/items/{id}", 0, h_item, f }, { "GET", "/slow/{ms}", 0, h_slow, f },
-		{ "POST", "/hold", 64, h_hold, f },	   { "GET", "/held", 0, h_held, f },
+		{ "GET", "/hello", 0, h_hello, f },	     { "POST", "/echo", 1024, h_echo, f },
+		{ "POST", "/big", 1 << 20, h_echo, f },	     { "GET", "/items/{id}", 0, h_item, f },
+		{ "DELETE", "/items/{id}", 0, h_item, f },   { "GET", "/slow/{ms}", 0, h_slow, f },
+		{ "POST", "/hold", 64, h_hold, f },	     { "GET", "/held", 0, h_held, f },
+		{ "POST", "/path", 1024, h_path, f },	     { "HEAD", "/hello", 0, h_hello, f },
+		{ "GET", "/status/{code}", 0, h_status, f }, { "GET", "/blob", 0, h_blob, f },
+		{ "GET", "/stats", 0, h_stats, f },
 	};
 
 	http_server_config_defaults(&cfg);
@@ -469,6 +516,91 @@ static void raw_keep_alive_and_http10(void **state)
 	assert_int_equal(r.status, 200);
 	assert_true(r.closed);
 	raw_response_free(&r);
+	/* HTTP/1.0 asking for keep-alive: it is echoed, and the connection stays open. */
+	fd = raw_connect(f->port, WAIT_MS);
+	for (int i = 0; i < 2; i++) {
+		raw_send_str(fd, "GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+		assert_int_equal(raw_read_response(fd, &r), 0);
+		assert_int_equal(r.status, 200);
+		assert_string_equal(r.body, "hello");
+		assert_non_null(raw_header(&r, "Connection", v, sizeof(v)));
+		assert_string_equal(v, "keep-alive");
+		raw_response_free(&r);
+	}
+	close(fd);
+}
+
+/* A chunked body's trailers are dropped: the handler sees the path and query it was sent,
+ * and no trailer among the headers. */
+static void raw_chunked_trailers_dropped(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char pad[3001], req[4096];
+
+	memset(pad, 'a', 3000);
+	pad[3000] = '\0';
+	snprintf(req, sizeof(req),
+		 "POST /path?x=1 HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+		 "5\r\nhello\r\n0\r\nX-Trailer: %s\r\n\r\n",
+		 pad);
+	exchange(f->port, req, &r);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.body, "/path|x=1|0");
+	raw_response_free(&r);
+}
+
+/* HEAD, 204 and 304 answers carry no body (HEAD and 304 keep the Content-Length): the answer
+ * pipelined behind them is read intact. */
+static void raw_no_body_for_head_204_304(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char v[32];
+	int fd = raw_connect(f->port, WAIT_MS);
+
+	raw_send_str(fd, "HEAD /hello HTTP/1.1\r\nHost: t\r\n\r\n"
+			 "GET /status/204 HTTP/1.1\r\nHost: t\r\n\r\n"
+			 "GET /status/304 HTTP/1.1\r\nHost: t\r\n\r\n"
+			 "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+	assert_int_equal(raw_read_head(fd, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(raw_header(&r, "Content-Length", v, sizeof(v)), "5");
+	assert_int_equal(raw_read_head(fd, &r), 0);
+	assert_int_equal(r.status, 204);
+	assert_null(raw_header(&r, "Content-Length", v, sizeof(v)));
+	assert_int_equal(raw_read_head(fd, &r), 0);
+	assert_int_equal(r.status, 304);
+	assert_string_equal(raw_header(&r, "Content-Length", v, sizeof(v)), "4");
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.body, "hello");
+	raw_response_free(&r);
+	close(fd);
+}
+
+/* Expect: 100-continue on a request queued behind an unanswered one: the 100 comes once the
+ * earlier answer is written (the client sends its body only then). */
+static void raw_continue_behind_earlier_request(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	int fd = raw_connect(f->port, WAIT_MS);
+
+	raw_send_str(fd, "GET /slow/100 HTTP/1.1\r\nHost: t\r\n\r\n"
+			 "POST /echo HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\n"
+			 "Content-Length: 5\r\n\r\n");
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	assert_string_equal(r.body, "slow100");
+	raw_response_free(&r);
+	assert_int_equal(raw_read_head(fd, &r), 0);
+	assert_int_equal(r.status, 100);
+	raw_send_str(fd, "hello");
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.body, "hello");
+	raw_response_free(&r);
+	close(fd);
 }
 
 static void raw_pipelined_in_order(void **state)
@@ -551,29 +683,68 @@ static void raw_client_gone_while_handler_runs(void **state)
 
 	/* The handler answers 300 ms later, after the client left: dropped, nothing leaks. */
 	raw_send_str(fd, "GET /slow/300 HTTP/1.1\r\nHost: t\r\n\r\n");
-	close(fd);
+	raw_close_reset(fd);
 	exchange(f->port, "GET /slow/400 HTTP/1.1\r\nHost: t\r\n\r\n", &r);
 	assert_string_equal(r.body, "slow400");
 	raw_response_free(&r);
 }
 
-static void tune_idle(struct http_server_config *c)
+/* GET /held until its body is want. */
+static void wait_held(int port, const char *want)
 {
-	c->idle_timeout_ms = 2000;
-	c->max_connections = 3;
+	struct raw_response r;
+
+	for (;;) {
+		exchange(port, "GET /held HTTP/1.1\r\n\r\n", &r);
+		bool ok = strcmp(r.body, want) == 0;
+		raw_response_free(&r);
+		if (ok)
+			return;
+		usleep(10000);
+	}
 }
 
-static void idle_close_and_connection_limit(void **state)
+/* The client resets its connection while the handler holds the request: the server tears the
+ * connection down, the handler answers afterwards, and the answer is dropped. */
+static void raw_client_reset_then_handler_answers(void **state)
 {
-	struct fixture *f = start(tune_idle);
+	struct fixture *f = start(NULL);
 	struct raw_response r;
-	int a = raw_connect(f->port, WAIT_MS);
-	int b = raw_connect(f->port, WAIT_MS);
-	int c = raw_connect(f->port, WAIT_MS);
+	int fd = raw_connect(f->port, WAIT_MS);
 
-	/* Prove a, b and c are accepted and open: each answers. */
-	int fds[3] = { a, b, c };
+	raw_send_str(fd, "POST /hold HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi");
+	wait_held(f->port, "1");
+	raw_close_reset(fd);
+	wait_held(f->port, "1a"); /* the server saw the reset: http_request_aborted() */
+	uv_async_send(&f->release);
+	wait_held(f->port, "0");
+	exchange(f->port, "GET /hello HTTP/1.1\r\n\r\n", &r);
+	assert_string_equal(r.body, "hello");
+	raw_response_free(&r);
+	uv_async_send(&f->stop);
+	pthread_join(f->thread, NULL);
+	assert_true(f->closed);
+	assert_int_equal(uv_loop_close(&f->loop), 0);
+	free(f);
+}
+
+/* No timer may fire during this test: the limit alone is under test. */
+static void tune_limit(struct http_server_config *c)
+{
+	c->max_connections = 3;
+	c->header_timeout_ms = 600000;
+	c->idle_timeout_ms = 600000;
+}
+
+static void connection_limit(void **state)
+{
+	struct fixture *f = start(tune_limit);
+	struct raw_response r;
+	int fds[3];
+
+	/* Prove three connections are accepted and open: each answers. */
 	for (int i = 0; i < 3; i++) {
+		fds[i] = raw_connect(f->port, WAIT_MS);
 		raw_send_str(fds[i], "GET /hello HTTP/1.1\r\n\r\n");
 		assert_int_equal(raw_read_response(fds[i], &r), 0);
 		raw_response_free(&r);
@@ -585,11 +756,93 @@ static void idle_close_and_connection_limit(void **state)
 	raw_response_free(&r);
 	assert_true(raw_wait_closed(d));
 	close(d);
-	/* Idle keep-alive connections are closed by the server. */
+	/* One closes: a new one is served. */
+	close(fds[0]);
+	for (;;) {
+		int e = raw_connect(f->port, WAIT_MS);
+		raw_send_str(e, "GET /hello HTTP/1.1\r\n\r\n");
+		assert_int_equal(raw_read_response(e, &r), 0);
+		int status = r.status;
+		raw_response_free(&r);
+		close(e);
+		if (status == 200)
+			break;
+		usleep(10000); /* the server has not seen the close yet */
+	}
+	close(fds[1]);
+	close(fds[2]);
+	stop(f);
+}
+
+static void tune_idle(struct http_server_config *c)
+{
+	c->idle_timeout_ms = 200;
+}
+
+/* Idle keep-alive connections are closed by the server. */
+static void idle_close(void **state)
+{
+	struct fixture *f = start(tune_idle);
+	struct raw_response r;
+	int fds[3];
+
+	for (int i = 0; i < 3; i++) {
+		fds[i] = raw_connect(f->port, WAIT_MS);
+		raw_send_str(fds[i], "GET /hello HTTP/1.1\r\n\r\n");
+		if (raw_read_response(fds[i], &r) == 0) /* the idle timer may win: either is fine */
+			raw_response_free(&r);
+	}
 	for (int i = 0; i < 3; i++) {
 		assert_true(raw_wait_closed(fds[i]));
 		close(fds[i]);
 	}
+	stop(f);
+}
+
+static void tune_backpressure(struct http_server_config *c)
+{
+	c->max_write_queued = 256 * 1024;
+	c->write_timeout_ms = 500;
+	c->header_timeout_ms = 600000;
+	c->idle_timeout_ms = 600000;
+}
+
+/* The server's counters: write_pauses, write_timeouts, write_queued_max. */
+static void server_stats(int port, unsigned long long st[3])
+{
+	struct raw_response r;
+
+	exchange(port, "GET /stats HTTP/1.1\r\n\r\n", &r);
+	assert_int_equal(sscanf(r.body, "%llu %llu %llu", &st[0], &st[1], &st[2]), 3);
+	raw_response_free(&r);
+}
+
+/* A client pipelines 5,000 GETs of a 64 KiB route (320 MiB of answers) and never reads: the
+ * server stops reading once its unsent output passes max_write_queued, keeps it bounded, and
+ * closes the connection when its writes make no progress. */
+static void raw_pipelining_client_never_reads(void **state)
+{
+	struct fixture *f = start(tune_backpressure);
+	const char get[] = "GET /blob HTTP/1.1\r\nHost: t\r\n\r\n";
+	int fd = raw_connect(f->port, WAIT_MS), rcv = 4096;
+	unsigned long long st[3];
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
+	for (int i = 0; i < 5000; i++)
+		if (send(fd, get, sizeof(get) - 1, MSG_DONTWAIT | MSG_NOSIGNAL) !=
+		    (ssize_t)sizeof(get) - 1)
+			break; /* the server stopped reading and the buffers are full */
+	for (int i = 0;; i++) {
+		server_stats(f->port, st);
+		if (st[1] >= 1)
+			break; /* closed for lack of progress */
+		assert_true(i < 3000);
+		usleep(10000);
+	}
+	assert_true(st[0] >= 1); /* it stopped reading for its output */
+	/* At most the limit plus the answers of max_pipelined requests (4 here). */
+	assert_true(st[2] <= 256 * 1024 + 4 * (BLOB + 512));
+	raw_close_reset(fd);
 	stop(f);
 }
 
@@ -649,7 +902,14 @@ int main(void)
 		cmocka_unit_test_setup_teardown(raw_slow_client_408_others_served, setup, teardown),
 		cmocka_unit_test_setup_teardown(raw_client_gone_while_handler_runs, setup,
 						teardown),
-		cmocka_unit_test(idle_close_and_connection_limit),
+		cmocka_unit_test_setup_teardown(raw_chunked_trailers_dropped, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_no_body_for_head_204_304, setup, teardown),
+		cmocka_unit_test_setup_teardown(raw_continue_behind_earlier_request, setup,
+						teardown),
+		cmocka_unit_test(raw_client_reset_then_handler_answers),
+		cmocka_unit_test(connection_limit),
+		cmocka_unit_test(idle_close),
+		cmocka_unit_test(raw_pipelining_client_never_reads),
 		cmocka_unit_test(graceful_close_finishes_in_flight),
 	};
 	curl_global_init(CURL_GLOBAL_DEFAULT);
