@@ -1,11 +1,14 @@
 /* fairsim: the fair-share simulator (issue 3, SPEC P3).
  *
  * Drives the allocator (dispatcher/core/fairshare*.c) and the selector (drr.c) through a fixed
- * default scenario, then runs a FIFO baseline (oldest contact first, org limit only) on the same
- * workload and seed, and prints for both: Jain's index over windows of ten mean call lengths of
- * each backlogged campaign's line-seconds divided by its fluid-share entitlement, the late
- * campaign's time to 90 % and 100 % of its floor, and line utilisation. Writes a CSV time series,
- * the per-window Jain indexes and an SVG chart to --out (default bench/out/fairsim).
+ * default scenario, then runs a FIFO baseline (oldest contact first through the same gate with no
+ * floors: the system, organisation, agent and campaign levels hold, there is no fair share) on
+ * the same workload and seed, and prints for both: Jain's index over windows of ten mean call
+ * lengths of each backlogged campaign's line-seconds divided by its fluid-share entitlement, the
+ * late campaign's time to 90 % and 100 % of its floor, and line utilisation. A second, light
+ * scenario (contacts arrive over time; demand below the lines) shows utilisation where it can
+ * differ. Writes a CSV time series, the per-window Jain indexes and an SVG chart of the default
+ * scenario to --out (default bench/out/fairsim).
  *
  *   fairsim [--out DIR] [--seed N] [--hours H]
  */
@@ -30,14 +33,17 @@ struct options {
 	double hours;
 };
 
+/* Contacts of the campaigns present at the start were created over the same past hour, one per
+ * second per campaign, interleaved (created_ms is the campaign's offset); a late campaign's
+ * contacts are created when its batch arrives, so they are newer than the others' backlog. */
 static struct sim_campaign_spec campaign(const char *id, uint32_t ceiling, uint32_t agent,
-					 uint64_t join_s, int64_t created_s)
+					 uint64_t join_s, int64_t created_ms)
 {
 	return (struct sim_campaign_spec){ .id = id,
 					   .ceiling = ceiling,
 					   .agent = agent,
 					   .join_ms = join_s * S,
-					   .created_ms = created_s * 1000,
+					   .created_ms = created_ms,
 					   .pause_ms = SIM_NEVER,
 					   .resume_ms = SIM_NEVER,
 					   .backlog = 100000 };
@@ -58,6 +64,7 @@ static void default_spec(struct sim_spec *sp, const struct options *opt)
 				 .refresh_ms = S,
 				 .window_ms = 900 * S,
 				 .sample_ms = 10 * S,
+				 .contact_spacing_ms = S,
 				 .system_limit = 1000,
 				 .n_orgs = 2 };
 	*a = (struct sim_org_spec){ .id = "acme",
@@ -65,20 +72,34 @@ static void default_spec(struct sim_spec *sp, const struct options *opt)
 				    .per_agent = FAIRSHARE_UNLIMITED,
 				    .n_agents = 3,
 				    .n = 6 };
-	a->c[0] = campaign("a1-oldest", FAIRSHARE_UNLIMITED, 0, 0, -3000);
-	a->c[1] = campaign("a2-max2", 2, 1, 0, -2400);
-	a->c[2] = campaign("a3-late", FAIRSHARE_UNLIMITED, 2, 3600, 3600);
-	a->c[3] = campaign("a4-paused", FAIRSHARE_UNLIMITED, 0, 0, -1800);
+	a->c[0] = campaign("a1-oldest", FAIRSHARE_UNLIMITED, 0, 0, -3600000);
+	a->c[1] = campaign("a2-max2", 2, 1, 0, -3599800);
+	a->c[2] = campaign("a3-late", FAIRSHARE_UNLIMITED, 2, 3600, 3600000);
+	a->c[3] = campaign("a4-paused", FAIRSHARE_UNLIMITED, 0, 0, -3599600);
 	a->c[3].pause_ms = 5400 * S;
 	a->c[3].resume_ms = 7200 * S;
-	a->c[4] = campaign("a5", FAIRSHARE_UNLIMITED, 1, 0, -1200);
-	a->c[5] = campaign("a6", FAIRSHARE_UNLIMITED, 2, 0, -600);
+	a->c[4] = campaign("a5", FAIRSHARE_UNLIMITED, 1, 0, -3599400);
+	a->c[5] = campaign("a6", FAIRSHARE_UNLIMITED, 2, 0, -3599200);
 	*b = (struct sim_org_spec){
 		.id = "beta", .org_limit = 8, .per_agent = 4, .n_agents = 2, .n = 3
 	};
-	b->c[0] = campaign("b1-agent1", FAIRSHARE_UNLIMITED, 0, 0, -2000);
-	b->c[1] = campaign("b2-agent1", FAIRSHARE_UNLIMITED, 0, 0, -1000);
-	b->c[2] = campaign("b3-agent2", FAIRSHARE_UNLIMITED, 1, 0, -500);
+	b->c[0] = campaign("b1-agent1", FAIRSHARE_UNLIMITED, 0, 0, -3600000);
+	b->c[1] = campaign("b2-agent1", FAIRSHARE_UNLIMITED, 0, 0, -3599700);
+	b->c[2] = campaign("b3-agent2", FAIRSHARE_UNLIMITED, 1, 0, -3599400);
+}
+
+/* The light scenario: the default one, but every campaign's contacts arrive one per period from
+ * its join (offered load about 15.5 of acme's 20 lines and 6 of beta's 8, mean call 90 s), so
+ * lines go idle and utilisation measures whether a scheduler leaves work undone. */
+static void light_spec(struct sim_spec *sp, const struct options *opt)
+{
+	static const uint64_t acme_s[] = { 30, 60, 30, 30, 30, 45 }, beta_s[] = { 60, 60, 30 };
+
+	default_spec(sp, opt);
+	for (uint32_t c = 0; c < sp->org[0].n; c++)
+		sp->org[0].c[c].arrival_ms = acme_s[c] * S;
+	for (uint32_t c = 0; c < sp->org[1].n; c++)
+		sp->org[1].c[c].arrival_ms = beta_s[c] * S;
 }
 
 static int mkdirs(const char *path)
@@ -210,7 +231,8 @@ static int chart(const struct options *opt, const struct sim_spec *sp, const str
 		panel(&c.p[0], &sp->org[0], fair, 0, n, "acme (org_limit 20): fair share + DRR",
 		      labels[0]);
 		panel(&c.p[1], &sp->org[0], fifo, 0, n,
-		      "acme (org_limit 20): FIFO baseline, oldest contact first, org limit only",
+		      "acme (org_limit 20): FIFO baseline, oldest contact first, C1 levels, no "
+		      "fair share",
 		      labels[1]);
 		panel(&c.p[2], &sp->org[1], fair, 1, n,
 		      "beta (org_limit 8, per_agent 4; b1, b2 share agent 1): fair share + DRR",
@@ -286,12 +308,40 @@ static void report_lines(const struct sim_spec *sp, const struct sim_result *r)
 	       100 * r[SIM_FAIR].utilisation, 100 * r[SIM_FIFO].utilisation);
 	printf("%-44s %-16llu %llu\n", "calls started (acme)", (unsigned long long)fa->calls,
 	       (unsigned long long)fi->calls);
-	printf("gate refusals, fair-share run, acme (the selector asks the gate for each campaign "
-	       "it visits): organisation %llu, agent %llu, campaign %llu, fair_share %llu\n",
+	printf("%-44s %-16.2f %.2f\n", "gate decisions per call started (acme)",
+	       (double)fa->decisions / (double)(fa->calls ? fa->calls : 1),
+	       (double)fi->decisions / (double)(fi->calls ? fi->calls : 1));
+	printf("gate refusals, fair-share run, acme: organisation %llu, agent %llu, campaign %llu, "
+	       "fair_share %llu\n",
 	       (unsigned long long)fa->refused[FAIRSHARE_LEVEL_ORG],
 	       (unsigned long long)fa->refused[FAIRSHARE_LEVEL_AGENT],
 	       (unsigned long long)fa->refused[FAIRSHARE_LEVEL_CAMPAIGN],
 	       (unsigned long long)fa->refused[FAIRSHARE_LEVEL_FAIR_SHARE]);
+}
+
+/* The light scenario: utilisation, calls and the mean wait of a contact, per org. */
+static void report_light(const struct sim_spec *sp, const struct sim_result *r)
+{
+	char what[96], a[32];
+
+	printf("light scenario (contacts arrive over time, demand below the lines):\n");
+	for (uint32_t o = 0; o < sp->n_orgs; o++) {
+		const struct sim_org_result *x = &r[SIM_FAIR].org[o], *y = &r[SIM_FIFO].org[o];
+
+		snprintf(what, sizeof(what), "%s: line utilisation", sp->org[o].id);
+		snprintf(a, sizeof(a), "%.3f %%", 100 * x->utilisation);
+		printf("%-44s %-16s %.3f %%\n", what, a, 100 * y->utilisation);
+		snprintf(what, sizeof(what), "%s: calls started", sp->org[o].id);
+		printf("%-44s %-16llu %llu\n", what, (unsigned long long)x->calls,
+		       (unsigned long long)y->calls);
+		snprintf(what, sizeof(what), "%s: mean wait, arrival to dial", sp->org[o].id);
+		snprintf(a, sizeof(a), "%.1f s", x->wait_s);
+		printf("%-44s %-16s %.1f s\n", what, a, y->wait_s);
+		snprintf(what, sizeof(what), "%s: Jain min over %u windows", sp->org[o].id,
+			 x->windows);
+		snprintf(a, sizeof(a), "%.4f", x->jain_min);
+		printf("%-44s %-16s %.4f\n", what, a, y->jain_min);
+	}
 }
 
 static void report(const struct options *opt, const struct sim_spec *sp, const struct sim_result *r)
@@ -343,6 +393,17 @@ int main(int argc, char **argv)
 	}
 	report(&opt, &sp, res);
 	printf("wrote %s, %s, %s\n", csv_path, win_path, svg_path);
+	sim_result_free(&res[SIM_FAIR]);
+	sim_result_free(&res[SIM_FIFO]);
+	light_spec(&sp, &opt);
+	rc = sim_run(&sp, SIM_FAIR, NULL, NULL, &res[SIM_FAIR]);
+	if (!rc)
+		rc = sim_run(&sp, SIM_FIFO, NULL, NULL, &res[SIM_FIFO]);
+	if (rc) {
+		fprintf(stderr, "fairsim: light scenario: %s\n", strerror(-rc));
+		return 1;
+	}
+	report_light(&sp, res);
 	sim_result_free(&res[SIM_FAIR]);
 	sim_result_free(&res[SIM_FIFO]);
 	return 0;

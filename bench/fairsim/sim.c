@@ -12,7 +12,7 @@
 
 #define MAX_C SIM_MAX_CAMPAIGNS
 
-enum ev_kind { EV_END, EV_REFRESH, EV_JOIN, EV_PAUSE, EV_RESUME, EV_SAMPLE };
+enum ev_kind { EV_END, EV_REFRESH, EV_JOIN, EV_PAUSE, EV_RESUME, EV_SAMPLE, EV_ARRIVE };
 
 struct event {
 	uint64_t t;
@@ -34,6 +34,9 @@ struct org {
 	uint32_t running[MAX_C];
 	uint32_t backlog[MAX_C];
 	uint32_t dialled[MAX_C]; /* contacts started: the next contact's number */
+	uint32_t arrived[MAX_C]; /* contacts arrived so far (arriving campaigns) */
+	double wait_ms;		 /* sum over dialled arriving contacts of dial - arrival */
+	uint64_t waited;	 /* dialled arriving contacts */
 	uint32_t org_running;
 	bool joined[MAX_C];
 	bool paused[MAX_C];
@@ -294,10 +297,24 @@ static int refresh_org(struct sim *s, uint32_t oi)
 	return rc;
 }
 
+/* created_at of contact k of campaign c (FIFO's order; for arrivals also its arrival). */
+static int64_t created_of(const struct sim *s, const struct org *o, uint32_t c, uint32_t k)
+{
+	const struct sim_campaign_spec *cs = &o->spec->c[c];
+
+	if (cs->arrival_ms)
+		return (int64_t)(cs->join_ms + (uint64_t)k * cs->arrival_ms);
+	return cs->created_ms + (int64_t)k * (int64_t)s->spec->contact_spacing_ms;
+}
+
 static int start_call(struct sim *s, uint32_t oi, uint32_t c)
 {
 	struct org *o = &s->o[oi];
 
+	if (o->spec->c[c].arrival_ms) {
+		o->wait_ms += (double)((int64_t)s->now - created_of(s, o, c, o->dialled[c]));
+		o->waited++;
+	}
 	o->running[c]++;
 	o->org_running++;
 	o->backlog[c]--;
@@ -327,6 +344,55 @@ static enum drr_ready ready_cb(void *ctx, uint32_t c)
 	return fairshare_gate_blocks_org(&d) ? DRR_BLOCKED : DRR_NOT_READY;
 }
 
+/* FIFO: the dialable campaigns by the age of their next contact, oldest first. Returns n. */
+static uint32_t fifo_order(const struct sim *s, const struct org *o, uint32_t *order)
+{
+	uint32_t n = 0;
+
+	for (uint32_t c = 0; c < o->spec->n; c++) {
+		int64_t t = created_of(s, o, c, o->dialled[c]);
+		uint32_t i;
+
+		if (!dialable(o, c))
+			continue;
+		for (i = n++; i > 0 && created_of(s, o, order[i - 1], o->dialled[order[i - 1]]) > t;
+		     i--)
+			order[i] = order[i - 1];
+		order[i] = c;
+	}
+	return n;
+}
+
+/* FIFO: dial the oldest contact the gate (no floors: first come first served) admits, again and
+ * again, until a refusal blocks the org or no campaign's contact is admitted. */
+static int fifo_fill(struct sim *s, uint32_t oi)
+{
+	struct org *o = &s->o[oi];
+
+	for (;;) {
+		uint32_t order[MAX_C], n = fifo_order(s, o, order), i;
+		int rc;
+
+		for (i = 0; i < n; i++) {
+			struct fairshare_slot slot = { order[i], o->gc[order[i]].agent };
+			struct fairshare_decision d;
+
+			rc = fairshare_gate_try(&o->g, &s->sys, &slot, s->now, &d);
+			if (rc)
+				return rc;
+			if (d.admitted)
+				break;
+			if (fairshare_gate_blocks_org(&d))
+				return 0;
+		}
+		if (i == n)
+			return 0;
+		rc = start_call(s, oi, order[i]);
+		if (rc)
+			return rc;
+	}
+}
+
 static int fill(struct sim *s, uint32_t oi)
 {
 	struct org *o = &s->o[oi];
@@ -339,20 +405,7 @@ static int fill(struct sim *s, uint32_t oi)
 		while (!rc && drr_next(&o->d, ready_cb, &p, &c) == 0)
 			rc = start_call(s, oi, c);
 	} else {
-		while (!rc && o->org_running < o->spec->org_limit &&
-		       s->sys.running < s->sys.limit) {
-			int best = -1;
-
-			for (uint32_t k = 0; k < o->spec->n; k++)
-				if (dialable(o, k) &&
-				    (best < 0 ||
-				     o->spec->c[k].created_ms < o->spec->c[best].created_ms))
-					best = (int)k;
-			if (best < 0)
-				break;
-			s->sys.running++;
-			rc = start_call(s, oi, (uint32_t)best);
-		}
+		rc = fifo_fill(s, oi);
 	}
 	check_late(s, oi);
 	return rc;
@@ -363,18 +416,13 @@ static int call_end(struct sim *s, uint32_t oi, uint32_t c)
 	struct org *o = &s->o[oi];
 	struct fairshare_slot slot = { c, o->gc[c].agent };
 
+	int rc;
+
 	account(s, oi, s->now);
 	o->running[c]--;
 	o->org_running--;
-	if (s->mode == SIM_FAIR) {
-		int rc = fairshare_gate_release(&o->g, &s->sys, &slot);
-
-		if (rc)
-			return rc;
-	} else {
-		s->sys.running--;
-	}
-	return fill(s, oi);
+	rc = fairshare_gate_release(&o->g, &s->sys, &slot);
+	return rc ? rc : fill(s, oi);
 }
 
 /* Longest remaining call of the org now, for the late campaign's P3 bound. */
@@ -419,6 +467,23 @@ static int state_change(struct sim *s, uint32_t oi, uint32_t c, enum ev_kind kin
 	return rc ? rc : fill(s, oi);
 }
 
+/* One contact of an arriving campaign arrives; the next is scheduled. A campaign whose backlog
+ * was empty becomes active, so the refresher runs at once (C5). */
+static int arrive(struct sim *s, uint32_t oi, uint32_t c)
+{
+	struct org *o = &s->o[oi];
+	const struct sim_campaign_spec *cs = &o->spec->c[c];
+	int rc = 0;
+
+	account(s, oi, s->now);
+	o->arrived[c]++;
+	if (o->backlog[c]++ == 0 && !o->paused[c] && o->joined[c])
+		rc = refresh_org(s, oi);
+	if (!rc && o->arrived[c] < cs->backlog)
+		rc = push(&s->h, s->now + cs->arrival_ms, EV_ARRIVE, oi, c);
+	return rc ? rc : fill(s, oi);
+}
+
 static void sample(struct sim *s)
 {
 	const struct sim_spec *sp = s->spec;
@@ -453,7 +518,8 @@ static int dispatch(struct sim *s, const struct event *e)
 		for (uint32_t oi = 0; oi < s->spec->n_orgs; oi++) {
 			int rc = refresh_org(s, oi);
 
-			if (!rc)
+			/* New floors wake a waiter only if the org has a free line (C9). */
+			if (!rc && s->o[oi].g.org_running < s->o[oi].spec->org_limit)
 				rc = fill(s, oi);
 			if (rc)
 				return rc;
@@ -463,6 +529,8 @@ static int dispatch(struct sim *s, const struct event *e)
 	case EV_SAMPLE:
 		sample(s);
 		return push(&s->h, s->now + s->spec->sample_ms, EV_SAMPLE, 0, 0);
+	case EV_ARRIVE:
+		return arrive(s, e->org, e->c);
 	default:
 		return state_change(s, e->org, e->c, (enum ev_kind)e->kind);
 	}
@@ -484,7 +552,9 @@ static int org_init(struct sim *s, uint32_t oi)
 	for (uint32_t c = 0; c < sp->n && !rc; c++) {
 		const struct sim_campaign_spec *cs = &sp->c[c];
 
-		o->backlog[c] = cs->backlog;
+		o->backlog[c] = cs->arrival_ms ? 0 : cs->backlog;
+		if (!rc && cs->arrival_ms)
+			rc = push(&s->h, cs->join_ms, EV_ARRIVE, oi, c);
 		o->excluded[c] = cs->join_ms > 0;
 		o->gc[c] = (struct fairshare_gate_campaign){ .ceiling = cs->ceiling,
 							     .agent = cs->agent };
@@ -539,8 +609,12 @@ static void finish(struct sim *s)
 		r->utilisation = o->busy / ((double)o->spec->org_limit * s->spec->duration_ms);
 		busy += o->busy;
 		lines += (double)o->spec->org_limit * s->spec->duration_ms;
-		for (int l = 0; l < FAIRSHARE_LEVEL_COUNT; l++)
+		r->decisions = o->g.stats.admitted;
+		for (int l = 0; l < FAIRSHARE_LEVEL_COUNT; l++) {
 			r->refused[l] = o->g.stats.refused[l];
+			r->decisions += o->g.stats.refused[l];
+		}
+		r->wait_s = o->waited ? o->wait_ms / 1000.0 / (double)o->waited : 0;
 		if (r->late >= 0)
 			r->late_line_s = o->total_line[r->late] / 1000.0;
 	}

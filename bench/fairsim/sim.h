@@ -1,6 +1,13 @@
-/* fairsim's discrete-event engine: organisations dialling backlogged campaigns through the
- * fair-share gate + deficit-round-robin selector (mode SIM_FAIR), or oldest-contact-first under
- * the org limit only (mode SIM_FIFO), on the same workload.
+/* fairsim's discrete-event engine: organisations dialling campaigns through the fair-share gate +
+ * deficit-round-robin selector (mode SIM_FAIR), or oldest contact first with no fair share (mode
+ * SIM_FIFO), on the same workload.
+ *
+ * Both modes admit every call through the same gate (fairshare_gate.h), so both keep the four
+ * levels of C1 (system, organisation, agent, campaign ceiling); in FIFO mode no floors are ever
+ * installed, so the gate is first come first served and the only order is the contacts' age.
+ * A contact's created_at is per contact: contact k of campaign c was created at
+ * created_ms(c) + k * contact_spacing_ms (backlogged campaigns: contacts of different campaigns
+ * interleave), or arrives and is created at join_ms + k * arrival_ms (arriving campaigns).
  *
  * Deterministic: time is simulated (milliseconds); a call's duration is a function of (seed,
  * campaign, contact number), so both modes dial the same contacts with the same durations, whatever
@@ -21,7 +28,7 @@
 enum sim_mode {
 	SIM_FAIR =
 		0, /* fairshare_gate + drr, refresher every refresh_ms and on active-set change */
-	SIM_FIFO,  /* oldest contact first, org limit only */
+	SIM_FIFO,  /* oldest contact first through the gate without floors (C1 levels, no share) */
 };
 
 struct sim_campaign_spec {
@@ -29,7 +36,9 @@ struct sim_campaign_spec {
 	uint32_t ceiling;   /* max_concurrent_calls, FAIRSHARE_UNLIMITED when unset */
 	uint32_t agent;	    /* agent index within the org */
 	uint64_t join_ms;   /* batch submitted: dialable from then */
-	int64_t created_ms; /* the contacts' created_at (FIFO order); may precede the run */
+	int64_t created_ms; /* created_at of contact 0 (FIFO order); may precede the run */
+	uint64_t
+		arrival_ms; /* 0: the whole backlog is there at join; else one contact per period */
 	uint64_t pause_ms;  /* SIM_NEVER: never paused */
 	uint64_t resume_ms; /* SIM_NEVER: never resumed */
 	uint32_t backlog;   /* contacts */
@@ -51,8 +60,9 @@ struct sim_spec {
 	double sigma;	    /* lognormal shape */
 	uint64_t max_call_ms;
 	uint64_t refresh_ms;
-	uint64_t window_ms; /* Jain window: ten mean call lengths */
-	uint64_t sample_ms; /* CSV and chart resolution */
+	uint64_t window_ms;	     /* Jain window: ten mean call lengths */
+	uint64_t sample_ms;	     /* CSV and chart resolution */
+	uint64_t contact_spacing_ms; /* created_at step between one backlog's contacts */
 	uint32_t system_limit;
 	uint32_t n_orgs;
 	struct sim_org_spec org[SIM_MAX_ORGS];
@@ -69,7 +79,9 @@ struct sim_org_result {
 	uint64_t late_t100_ms;	/* join -> running >= its floor, SIM_NEVER */
 	uint64_t late_bound_ms; /* longest remaining call at join + one refresh period */
 	double late_line_s;	/* the late campaign's line-seconds */
-	uint64_t refused[8];	/* gate refusals by enum fairshare_level (SIM_FAIR) */
+	uint64_t refused[8];	/* gate refusals by enum fairshare_level */
+	uint64_t decisions;	/* gate decisions: admissions + refusals */
+	double wait_s;		/* mean wait of a dialled contact, arrival to dial (arrivals) */
 };
 
 struct sim_result {
