@@ -5,11 +5,14 @@
 
 #include "http_buf.h"
 
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <curl/curl.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define MAX_KEY 200
@@ -126,10 +129,8 @@ void stub_call_ended(struct stub_call *c)
 
 /* ---- throttling ---- */
 
-/* Counts a dial of org o at now; returns true when it is within the window. Otherwise sets
- * *retry_s to the seconds until the current window ends (at least 1). */
-static bool window_allows(struct stub_org *o, const struct stub_org_config *cfg, uint64_t now,
-			  uint64_t *retry_s)
+bool stub_window_allows(struct stub_org *o, const struct stub_org_config *cfg, uint64_t now,
+			uint64_t *retry_s)
 {
 	uint64_t w = cfg->window_ms ? cfg->window_ms : 1000;
 	int64_t idx = (int64_t)(now / w);
@@ -258,7 +259,8 @@ static void throttled(struct stub *s, struct http_request *req, struct stub_org 
 /* ---- the dial ---- */
 
 struct dial {
-	const char *key, *to, *org, *agent, *campaign, *contact, *callback;
+	const char *key, *to, *org, *agent, *campaign, *contact; /* borrowed from the body */
+	char *callback; /* owned: the checked callback URL (loopback_url) */
 	int attempt;
 };
 
@@ -286,12 +288,57 @@ static bool e164(const char *p)
 	return n >= 8 && n <= 15;
 }
 
-/* The stub only ever talks to loopback. */
-static bool loopback_url(const char *u)
+/* A host the stub may post to: an IPv4 literal in 127.0.0.0/8, the IPv6 literal ::1 (as
+ * libcurl returns it, in brackets), or "localhost". */
+static bool loopback_literal(const char *host)
 {
-	return u &&
-	       (strncmp(u, "http://127.", 11) == 0 || strncmp(u, "http://localhost:", 17) == 0 ||
-		strncmp(u, "http://localhost/", 17) == 0 || strncmp(u, "http://[::1]", 12) == 0);
+	struct in_addr a4;
+	struct in6_addr a6;
+	char six[INET6_ADDRSTRLEN];
+	size_t n = strlen(host);
+
+	if (inet_pton(AF_INET, host, &a4) == 1)
+		return (ntohl(a4.s_addr) >> 24) == 127;
+	if (n > 2 && n - 2 < sizeof(six) && host[0] == '[' && host[n - 1] == ']') {
+		memcpy(six, host + 1, n - 2);
+		six[n - 2] = '\0';
+		return inet_pton(AF_INET6, six, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+	}
+	return strcasecmp(host, "localhost") == 0;
+}
+
+/* The stub only ever talks to loopback. Parses u with libcurl's URL parser (the one that will
+ * send the event, so both read the same host): http only, no user or password, a loopback
+ * host. "localhost" is pinned to 127.0.0.1, so no resolver is asked. Returns the URL to post
+ * to (malloc'ed), or NULL when u is not acceptable. */
+static char *loopback_url(const char *u)
+{
+	CURLU *h = curl_url();
+	char *scheme = NULL, *host = NULL, *user = NULL, *pw = NULL, *url = NULL, *out = NULL;
+
+	if (!h || !u || curl_url_set(h, CURLUPART_URL, u, 0) != CURLUE_OK)
+		goto done;
+	if (curl_url_get(h, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+	    strcmp(scheme, "http") != 0)
+		goto done;
+	if (curl_url_get(h, CURLUPART_USER, &user, 0) != CURLUE_NO_USER ||
+	    curl_url_get(h, CURLUPART_PASSWORD, &pw, 0) != CURLUE_NO_PASSWORD)
+		goto done;
+	if (curl_url_get(h, CURLUPART_HOST, &host, 0) != CURLUE_OK || !loopback_literal(host))
+		goto done;
+	if (strcasecmp(host, "localhost") == 0 &&
+	    curl_url_set(h, CURLUPART_HOST, "127.0.0.1", 0) != CURLUE_OK)
+		goto done;
+	if (curl_url_get(h, CURLUPART_URL, &url, 0) == CURLUE_OK)
+		out = strdup(url);
+done:
+	curl_free(url);
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(user);
+	curl_free(pw);
+	curl_url_cleanup(h);
+	return out;
 }
 
 static const char *str_field(const cJSON *j, const char *name, bool nullable, bool *ok)
@@ -332,9 +379,8 @@ static const char *dial_parse(const cJSON *j, struct dial *d)
 		return "attempt";
 	d->attempt = a->valueint;
 	const cJSON *cb = cJSON_GetObjectItemCaseSensitive(j, "callback_url");
-	if (!cJSON_IsString(cb) || !loopback_url(cb->valuestring))
+	if (!cJSON_IsString(cb) || !(d->callback = loopback_url(cb->valuestring)))
 		return "callback_url";
-	d->callback = cb->valuestring;
 	return NULL;
 }
 
@@ -432,7 +478,7 @@ static unsigned key_try(struct stub *s, const char *key)
 	return (unsigned)n;
 }
 
-/* After parsing: auth, throttling, faults, replay, placement. */
+/* After parsing: replay, forced status, throttling, faults, placement. */
 static void dial(struct stub *s, struct http_request *req, const struct dial *d)
 {
 	const struct stub_org_config *cfg = stub_org_cfg(s, d->org);
@@ -447,6 +493,14 @@ static void dial(struct stub *s, struct http_request *req, const struct dial *d)
 		return;
 	}
 	o->requests++;
+	/* A key seen before answers 200 with the same call id and places nothing (D0), whatever
+	 * the window or the faults say; replays do not count against the window. */
+	if ((c = map_get(&s->calls, d->key))) {
+		s->replays++;
+		snprintf(body, sizeof(body), "{\"call_id\":\"%s\"}", c->call_id);
+		answer(s, req, 0, 200, body, NULL);
+		return;
+	}
 	if (cfg->force_status) {
 		s->rejected++;
 		{
@@ -456,7 +510,7 @@ static void dial(struct stub *s, struct http_request *req, const struct dial *d)
 	}
 	n = key_try(s, d->key);
 	slow = stub_draw(s, d->key, 200 + n) % 100 < cfg->slow_pct ? cfg->slow_ms : 0;
-	if (!window_allows(o, cfg, uv_now(s->loop), &retry_s)) {
+	if (!stub_window_allows(o, cfg, uv_now(s->loop), &retry_s)) {
 		throttled(s, req, o, cfg, retry_s, slow);
 		return;
 	}
@@ -467,14 +521,6 @@ static void dial(struct stub *s, struct http_request *req, const struct dial *d)
 			answer(s, req, slow, cfg->fail_status,
 			       "{\"error\":\"provider_error\",\"message\":\"Injected failure.\"}",
 			       NULL);
-			return;
-		}
-	}
-	if ((c = map_get(&s->calls, d->key))) {
-		s->replays++;
-		snprintf(body, sizeof(body), "{\"call_id\":\"%s\"}", c->call_id);
-		{
-			answer(s, req, slow, 200, body, NULL);
 			return;
 		}
 	}
@@ -517,6 +563,10 @@ void stub_handle_dial(struct http_request *req, void *data)
 	char msg[96];
 
 	s->requests++;
+	if (s->closing) {
+		refuse(req, 503, "closing", "The stub is shutting down.");
+		return;
+	}
 	if (s->cfg.token &&
 	    (!auth || strncmp(auth, "Bearer ", 7) != 0 || strcmp(auth + 7, s->cfg.token) != 0)) {
 		s->rejected++;
@@ -551,6 +601,7 @@ void stub_handle_dial(struct http_request *req, void *data)
 	} else {
 		dial(s, req, &d);
 	}
+	free(d.callback);
 	cJSON_Delete(j);
 }
 

@@ -5,10 +5,15 @@
  * Routes (all bodies JSON):
  *   POST /calls          the dial. Idempotency-Key required (400 without). First time: 201
  *                        {"call_id":"pc_<n>"}; a key seen before: 200 with the same call_id,
- *                        nothing placed (a replay). A second key for the same (contact_id,
- *                        attempt) is placed and counted as a duplicate. 400 bad JSON, 422 a
- *                        missing field, a "to" that is not +E.164, or a callback_url that is
- *                        not on loopback. 401 when --token is set and the bearer differs.
+ *                        nothing placed (a replay). Replays are looked up before the
+ *                        window, forced statuses and injected faults, and do not count
+ *                        against the window (a seen key always answers 200). A second key for
+ *                        the same (contact_id, attempt) is placed and counted as a duplicate.
+ *                        400 bad JSON, 422 a missing field, a "to" that is not +E.164, or a
+ *                        callback_url that is not plain http to loopback (parsed by libcurl's
+ *                        URL API: no user info; host 127.0.0.0/8, [::1] or localhost, which
+ *                        is pinned to 127.0.0.1). 401 when --token is set and the bearer
+ *                        differs. 503 once the stub is closing (also the control routes).
  *   GET  /stats          the ground truth (see stub_stats_json()).
  *   POST /control/end    {"idempotency_key":k} | {"call_id":id} | {"org_id":o} | {"all":true},
  *                        optional "status": ends those live calls now (their terminal event is
@@ -122,7 +127,9 @@ int stub_port(const struct stub *s);
 char *stub_stats_json(struct stub *s);
 
 /* Stops listening, ends nothing (live calls stay counted), cancels pending event posts and
- * timers, frees everything, then calls cb (optional) from the loop. */
+ * timers, frees everything, then calls cb (optional) from the loop. Requests already being
+ * received are still answered: dials and control requests with 503 "closing", so nothing new
+ * starts; every call timer is closed before its call is freed. */
 void stub_close(struct stub *s, stub_close_cb cb, void *data);
 
 /* Name of an outcome as it appears in events ("no-answer"). */

@@ -103,12 +103,19 @@ static void h_healthz(struct http_request *req, void *data)
 
 /* ---- control ---- */
 
-static cJSON *json_body(struct http_request *req)
+/* Reads the body as a JSON object, or answers (400, or 503 once the stub is closing: nothing
+ * may start then) and returns NULL. */
+static cJSON *json_body(struct stub *s, struct http_request *req)
 {
 	size_t len;
 	const char *b = http_request_body(req, &len);
-	cJSON *j = cJSON_ParseWithLength(b, len);
+	cJSON *j;
 
+	if (s->closing) {
+		http_respond_error(req, 503, "closing", "The stub is shutting down.");
+		return NULL;
+	}
+	j = cJSON_ParseWithLength(b, len);
 	if (!cJSON_IsObject(j)) {
 		cJSON_Delete(j);
 		http_respond_error(req, 400, "invalid_json", "The body is not a JSON object.");
@@ -149,7 +156,7 @@ static const char *opt_str(const cJSON *j, const char *name)
 static void h_end(struct http_request *req, void *data)
 {
 	struct stub *s = data;
-	cJSON *j = json_body(req);
+	cJSON *j = json_body(s, req);
 	struct end_ctx e = { 0 };
 	char out[48];
 
@@ -173,7 +180,7 @@ static void h_end(struct http_request *req, void *data)
 static void h_org(struct http_request *req, void *data)
 {
 	struct stub *s = data;
-	cJSON *j = json_body(req);
+	cJSON *j = json_body(s, req);
 	const char *org;
 	struct stub_org_config o;
 
@@ -194,7 +201,7 @@ static void h_org(struct http_request *req, void *data)
 static void h_hold(struct http_request *req, void *data)
 {
 	struct stub *s = data;
-	cJSON *j = json_body(req);
+	cJSON *j = json_body(s, req);
 
 	if (!j)
 		return;
@@ -279,6 +286,11 @@ static void free_ptr(void *p)
 static void stub_maybe_done(struct stub *s)
 {
 	if (!s->closing || !s->server_closed || !s->client_closed || s->closing_handles > 0)
+		return;
+	/* Close whatever started while the close was under way (nothing should: dials and
+	 * control are refused once closing), and free only after those handles are closed. */
+	stub_events_close(s);
+	if (s->closing_handles > 0)
 		return;
 	stub_calls_free(s);
 	map_free(&s->orgs, free_ptr);

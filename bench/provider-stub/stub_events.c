@@ -3,9 +3,9 @@
  * receiver does not answer 2xx. */
 #include "stub_int.h"
 
-#include "http_buf.h"
 #include "signing.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,20 +145,27 @@ static struct stub_event *event_new(struct stub *s, const char *url, const char 
 	return e;
 }
 
-static int event_body(struct stub_call *c, const char *status, struct http_buf *b)
+/* Returns the event's JSON body (cJSON_free it), or NULL when out of memory. */
+static char *event_body(struct stub_call *c, const char *status)
 {
-	char when[40];
+	char when[40], stamp[64];
 	struct timespec ts;
 	struct tm tm;
+	cJSON *j = cJSON_CreateObject();
+	char *out = NULL;
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	gmtime_r(&ts.tv_sec, &tm);
 	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
-	/* Keys were checked at the dial (printable, no quote or backslash): no escaping needed. */
-	return http_buf_printf(b,
-			       "{\"call_id\":\"%s\",\"idempotency_key\":\"%s\",\"status\":\"%s\","
-			       "\"sequence\":%u,\"occurred_at\":\"%s.%03ldZ\"}",
-			       c->call_id, c->key, status, c->seq, when, ts.tv_nsec / 1000000);
+	snprintf(stamp, sizeof(stamp), "%s.%03dZ", when, (int)(ts.tv_nsec / 1000000) % 1000);
+	if (j && cJSON_AddStringToObject(j, "call_id", c->call_id) &&
+	    cJSON_AddStringToObject(j, "idempotency_key", c->key) &&
+	    cJSON_AddStringToObject(j, "status", status) &&
+	    cJSON_AddNumberToObject(j, "sequence", c->seq) &&
+	    cJSON_AddStringToObject(j, "occurred_at", stamp))
+		out = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	return out;
 }
 
 /* Sends one event of c with its faults. reply_req/reply: an early event the dial waits for. */
@@ -166,23 +173,22 @@ static void event_send(struct stub_call *c, const char *status, struct http_requ
 		       char *reply)
 {
 	struct stub *s = c->stub;
-	struct http_buf b = { 0 };
 	unsigned base = 1000 + c->seq * 8;
 	bool drop = stub_draw(s, c->key, base) % 100 < s->cfg.drop_pct;
 	bool dup = stub_draw(s, c->key, base + 1) % 100 < s->cfg.dup_pct;
 	bool late = stub_draw(s, c->key, base + 2) % 100 < s->cfg.reorder_pct;
+	char *body;
 
 	c->seq++;
-	if (drop || event_body(c, status, &b)) {
+	if (drop || !(body = event_body(c, status))) {
 		s->events_dropped += drop;
 		if (reply_req)
 			http_respond(reply_req, 201, "application/json", reply, strlen(reply));
 		free(reply);
-		http_buf_free(&b);
 		return;
 	}
 	for (int copy = 0; copy < (dup ? 2 : 1); copy++) {
-		struct stub_event *e = event_new(s, c->callback_url, b.data, b.len);
+		struct stub_event *e = event_new(s, c->callback_url, body, strlen(body));
 		if (!e)
 			break;
 		if (copy == 0 && reply_req) {
@@ -202,7 +208,7 @@ static void event_send(struct stub_call *c, const char *status, struct http_requ
 	if (reply_req)
 		http_respond(reply_req, 201, "application/json", reply, strlen(reply));
 	free(reply);
-	http_buf_free(&b);
+	cJSON_free(body);
 }
 
 /* ---- timelines ---- */

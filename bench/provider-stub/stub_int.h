@@ -91,6 +91,12 @@ uint64_t stub_draw(const struct stub *s, const char *key, unsigned purpose);
 void stub_call_ended(struct stub_call *c);
 void stub_handle_closed(struct stub *s);
 const struct stub_org_config *stub_org_cfg(struct stub *s, const char *org);
+/* Counts a dial of org o at now (ms): returns true when it is within cfg's window (fixed, or
+ * sliding: the previous window weighted by the share of it still inside the last window_ms).
+ * Otherwise counts nothing and sets *retry_s to the seconds until the current window ends (at
+ * least 1). Pure arithmetic on o's counters, exported for the tests. */
+bool stub_window_allows(struct stub_org *o, const struct stub_org_config *cfg, uint64_t now,
+			uint64_t *retry_s);
 
 /* stub_events.c */
 void stub_call_start(struct stub_call *c, struct http_request *early_req, char *reply);

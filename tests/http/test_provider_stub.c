@@ -5,6 +5,11 @@
 #include "harness.h"
 #include "retry_policy.h"
 #include "signing.h"
+#include "stub_int.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -85,6 +90,182 @@ static void validation_and_auth(void **state)
 	harness_stop(h);
 }
 
+/* Dials with callback_url cb; returns the status. */
+static int dial_to(struct harness *h, const char *key, const char *cb)
+{
+	char json[512], hk[64];
+	const char *headers[] = { hk };
+	struct reply r;
+
+	snprintf(hk, sizeof(hk), "Idempotency-Key: %s", key);
+	snprintf(json, sizeof(json),
+		 "{\"to\":\"+15551230000\",\"org_id\":\"o1\",\"attempt\":1,"
+		 "\"callback_url\":\"%s\"}",
+		 cb);
+	harness_request(h, "POST", "/calls", json, headers, 1, 0, &r);
+	return r.status;
+}
+
+/* The callback host is read by libcurl's URL parser: user info, look-alike names and
+ * anything outside 127.0.0.0/8, ::1 and localhost are refused; localhost is pinned. */
+static void callback_url_loopback_only(void **state)
+{
+	struct stub_config c = base();
+	struct harness *h;
+	char cb[128];
+	const char *bad[] = {
+		"http://localhost:80@10.1.2.3:8080/e",
+		"http://127.0.0.1.nip.io/e",
+		"http://127.0.0.1@10.0.0.1/e",
+		"http://user:pw@127.0.0.1/e",
+		"http://localhost.example.com/e",
+		"https://127.0.0.1/e",
+		"http://[::2]/e",
+		"http://128.0.0.1/e",
+		"ftp://127.0.0.1/e",
+		"127.0.0.1/e",
+	};
+
+	c.hold = false;
+	c.dur_min_ms = c.dur_max_ms = 100000;
+	h = harness_start(&c);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(dial_to(h, "bad", bad[i]), 422);
+	assert_int_equal(dial_to(h, "v6", "http://[::1]:9/e"), 201);
+	assert_int_equal(dial_to(h, "net", "http://127.1.2.3:9/e"), 201);
+	snprintf(cb, sizeof(cb), "http://localhost:%d/events", h->recv_port);
+	assert_int_equal(dial_to(h, "lh", cb), 201);
+	harness_wait_events(h, 1); /* its ringing event reached our receiver on 127.0.0.1 */
+	assert_non_null(strstr(h->events[0].body, "\"lh\""));
+	harness_stop(h);
+}
+
+/* A replay answers 200 with the same call id before throttling and faults are looked at, and
+ * does not count against the window (D0: a seen key places nothing). */
+static void replays_before_throttling_and_faults(void **state)
+{
+	struct stub_config c = base();
+	struct harness *h;
+	struct reply a, r;
+
+	c.drop_pct = 100;
+	h = harness_start(&c);
+	assert_int_equal(harness_control(h, "/control/org",
+					 "{\"org_id\":\"w\",\"limit\":2,\"window_ms\":86400000}"),
+			 200);
+	harness_dial(h, "w1", "w", "c1", "w1", 1, &a);
+	assert_int_equal(a.status, 201);
+	harness_dial(h, "w1", "w", "c1", "w1", 1, &r); /* a replay: not counted */
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.body, a.body);
+	harness_dial(h, "w2", "w", "c1", "w2", 1, &r); /* the second dial of the window */
+	assert_int_equal(r.status, 201);
+	harness_dial(h, "w3", "w", "c1", "w3", 1, &r); /* the third is throttled */
+	assert_int_equal(r.status, 429);
+	harness_dial(h, "w1", "w", "c1", "w1", 1, &r); /* replays still answer 200 */
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.body, a.body);
+	/* Faults: a placed call answered 502, then every dial failing: the re-send replays. */
+	harness_control(h, "/control/org",
+			"{\"org_id\":\"f\",\"fail_placed_pct\":100,\"fail_status\":502}");
+	harness_dial(h, "f1", "f", "c1", "f1", 1, &a);
+	assert_int_equal(a.status, 502);
+	harness_control(h, "/control/org", "{\"org_id\":\"f\",\"fail_pct\":100}");
+	harness_dial(h, "f1", "f", "c1", "f1", 1, &r);
+	assert_int_equal(r.status, 200);
+	assert_int_equal(harness_stat(h, "orgs.f.placed"), 1);
+	assert_int_equal(harness_stat(h, "replays"), 3);
+	assert_int_equal(harness_stat(h, "calls_placed"), 3);
+	harness_stop(h);
+}
+
+static void on_stub_closed_here(struct stub *s, void *data)
+{
+	((struct harness *)data)->stub_closed = true;
+}
+
+/* Runs the loop and reads the non-blocking fd into buf until it holds want. */
+static void pump_until(struct harness *h, int fd, char *buf, size_t cap, const char *want)
+{
+	size_t have = strlen(buf);
+
+	for (int i = 0; !strstr(buf, want); i++) {
+		assert_true(i < 30000); /* about 30 s: only when something is broken */
+		uv_run(&h->loop, UV_RUN_NOWAIT);
+		ssize_t n = recv(fd, buf + have, cap - 1 - have, MSG_DONTWAIT);
+		if (n > 0) {
+			have += (size_t)n;
+			buf[have] = '\0';
+		} else {
+			usleep(1000);
+		}
+	}
+}
+
+/* A dial whose body completes after the close began (SIGTERM) is refused with 503: no call,
+ * no timer is started that the close would miss. */
+static void closing_refuses_dials(void **state)
+{
+	struct stub_config c = base();
+	struct harness *h = harness_start(&c);
+	const char *body = "{\"to\":\"+15551230000\",\"org_id\":\"o1\",\"attempt\":1,"
+			   "\"callback_url\":\"http://127.0.0.1:9/e\"}";
+	char head[512], buf[4096] = "";
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons(h->stub_port) };
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	snprintf(head, sizeof(head),
+		 "POST /calls HTTP/1.1\r\nHost: t\r\nIdempotency-Key: late\r\n"
+		 "Expect: 100-continue\r\nContent-Length: %zu\r\n\r\n",
+		 strlen(body));
+	assert_true(send(fd, head, strlen(head), MSG_NOSIGNAL) > 0);
+	pump_until(h, fd, buf, sizeof(buf), "100 Continue\r\n\r\n"); /* headers parsed */
+	stub_close(h->stub, on_stub_closed_here, h);
+	assert_true(send(fd, body, strlen(body), MSG_NOSIGNAL) > 0);
+	pump_until(h, fd, buf, sizeof(buf), "}");
+	assert_non_null(strstr(buf, "HTTP/1.1 503 "));
+	assert_non_null(strstr(buf, "\"closing\""));
+	close(fd);
+	harness_stop(h); /* runs the loop dry: every handle closed, the stub freed */
+}
+
+/* The window arithmetic with explicit times: two dials at the end of one window, two early in
+ * the next. Fixed allows both of the later ones; sliding still weighs the previous window and
+ * refuses the second. */
+static void sliding_and_fixed_windows(void **state)
+{
+	struct stub_org_config cfg = { .limit = 2, .window_ms = 1000 };
+	struct stub_org o = { .win = -1 };
+	uint64_t ra = 0;
+
+	cfg.window = STUB_WINDOW_FIXED;
+	assert_true(stub_window_allows(&o, &cfg, 900, &ra));
+	assert_true(stub_window_allows(&o, &cfg, 950, &ra));
+	assert_false(stub_window_allows(&o, &cfg, 990, &ra));
+	assert_true(stub_window_allows(&o, &cfg, 1100, &ra));
+	assert_true(stub_window_allows(&o, &cfg, 1100, &ra));
+	assert_false(stub_window_allows(&o, &cfg, 1100, &ra));
+	memset(&o, 0, sizeof(o));
+	o.win = -1;
+	cfg.window = STUB_WINDOW_SLIDING;
+	assert_true(stub_window_allows(&o, &cfg, 900, &ra));
+	assert_true(stub_window_allows(&o, &cfg, 950, &ra));
+	assert_false(stub_window_allows(&o, &cfg, 990, &ra));
+	/* At 1100, 90 % of the previous window is still inside the last second: 1.8 + 0 < 2. */
+	assert_true(stub_window_allows(&o, &cfg, 1100, &ra));
+	/* 1.8 + 1 >= 2: refused, where a fixed window allows it. */
+	assert_false(stub_window_allows(&o, &cfg, 1100, &ra));
+	assert_int_equal(ra, 1);
+	/* At 1600 only 40 % weighs: 0.8 + 1 < 2. */
+	assert_true(stub_window_allows(&o, &cfg, 1600, &ra));
+	/* Two windows later the old counts are gone. */
+	assert_true(stub_window_allows(&o, &cfg, 3000, &ra));
+	assert_true(stub_window_allows(&o, &cfg, 3000, &ra));
+	assert_false(stub_window_allows(&o, &cfg, 3000, &ra));
+}
+
 /* Parses received event i. */
 static cJSON *event(struct harness *h, unsigned i)
 {
@@ -92,6 +273,21 @@ static cJSON *event(struct harness *h, unsigned i)
 
 	assert_non_null(j);
 	return j;
+}
+
+static int sequence_of(const struct received *e)
+{
+	cJSON *j = cJSON_Parse(e->body);
+	const cJSON *n = cJSON_GetObjectItem(j, "sequence");
+	int v = cJSON_IsNumber(n) ? n->valueint : -1;
+
+	cJSON_Delete(j);
+	return v;
+}
+
+static int by_sequence(const void *a, const void *b)
+{
+	return sequence_of(a) - sequence_of(b);
 }
 
 static void signed_events_in_sequence(void **state)
@@ -107,6 +303,8 @@ static void signed_events_in_sequence(void **state)
 	h = harness_start(&c);
 	harness_dial(h, "s1", "o1", "c1", "ct1", 1, &r);
 	harness_wait_events(h, 3);
+	/* Independent posts may arrive in any order: put them in sequence order first. */
+	qsort(h->events, 3, sizeof(h->events[0]), by_sequence);
 	for (unsigned i = 0; i < 3; i++) {
 		cJSON *j = event(h, i);
 		const char *b = h->events[i].body;
@@ -273,7 +471,7 @@ static void throttling_modes(void **state)
 	assert_true(when >= (int64_t)time(NULL));
 	classify_reply(&r, &d);
 	assert_int_equal(d.reason, RETRY_REASON_THROTTLED_HEADER);
-	/* Sliding window: the previous window's count still weighs, so the third is refused too. */
+	/* Sliding mode through the HTTP side (its arithmetic: sliding_and_fixed_windows). */
 	third_refused(h, "t5", "\"window_ms\":600000,\"window\":\"sliding\"", &r);
 	assert_int_equal(r.status, 429);
 	/* Other orgs are not throttled. */
@@ -406,6 +604,10 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(replay_and_duplicates),
 		cmocka_unit_test(validation_and_auth),
+		cmocka_unit_test(callback_url_loopback_only),
+		cmocka_unit_test(replays_before_throttling_and_faults),
+		cmocka_unit_test(closing_refuses_dials),
+		cmocka_unit_test(sliding_and_fixed_windows),
 		cmocka_unit_test(signed_events_in_sequence),
 		cmocka_unit_test(hold_mode_exact_states),
 		cmocka_unit_test(outcome_distribution_is_deterministic),
