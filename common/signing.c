@@ -58,7 +58,8 @@ int signing_sign(const char *secret, int64_t t, const void *body, size_t len, ch
 	return n < 0 || (size_t)n >= out_len ? -ENOSPC : 0;
 }
 
-/* Parses a decimal timestamp of 1..19 digits ending at the next ',' or the end. */
+/* Parses a decimal timestamp of 1..18 digits (19 could overflow int64_t; 18 reach far past any
+ * real clock). */
 static int parse_t(const char *p, size_t n, int64_t *t)
 {
 	int64_t v = 0;
@@ -77,9 +78,16 @@ static int parse_t(const char *p, size_t n, int64_t *t)
 struct parsed {
 	int64_t t;
 	bool have_t;
-	const char *v1[4]; /* up to four candidate signatures */
+	char v1[4][64]; /* up to four candidate signatures, lower-cased */
 	unsigned nv1;
 };
+
+/* Copies 64 hex digits lower-cased (the sender may write them in upper case). */
+static void lower_hex(char out[64], const char *in)
+{
+	for (int i = 0; i < 64; i++)
+		out[i] = in[i] >= 'A' && in[i] <= 'F' ? (char)(in[i] - 'A' + 'a') : in[i];
+}
 
 static int parse_header(const char *h, struct parsed *p)
 {
@@ -87,16 +95,19 @@ static int parse_header(const char *h, struct parsed *p)
 	while (*h) {
 		const char *end = strchr(h, ',');
 		size_t n = end ? (size_t)(end - h) : strlen(h);
+		const char *next = h + n;
 		while (n && *h == ' ')
 			h++, n--;
+		while (n && h[n - 1] == ' ')
+			n--;
 		if (n > 2 && strncmp(h, "t=", 2) == 0) {
 			if (p->have_t || parse_t(h + 2, n - 2, &p->t))
 				return -EBADMSG;
 			p->have_t = true;
 		} else if (n == 67 && strncmp(h, "v1=", 3) == 0 && p->nv1 < 4) {
-			p->v1[p->nv1++] = h + 3;
+			lower_hex(p->v1[p->nv1++], h + 3);
 		}
-		h += n;
+		h = next;
 		if (*h == ',')
 			h++;
 	}

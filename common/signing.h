@@ -6,7 +6,8 @@
  * 5-minute replay window) in the past, or more than SIGNING_FUTURE_SKEW_S (30 s, clock skew
  * between two hosts) in the future, then compares the HMAC in constant time (CRYPTO_memcmp).
  * Several v1= entries are accepted (a sender rotating secrets may send one per secret); any one
- * that matches is enough. Unknown keys (v0=, ...) are ignored. Time is an argument: `now` is
+ * that matches is enough. Unknown keys (v0=, ...) are ignored; spaces around each part are
+ * trimmed and the hex digits are compared case-insensitively (lower-cased first). Time is an argument: `now` is
  * Unix seconds from the caller's clock.
  */
 #ifndef DSP_SIGNING_H

@@ -150,6 +150,19 @@ static void verify_rotation_and_spaces(void **state)
 	assert_int_equal(signing_verify("whsec_test", h, body, strlen(body), 1700000000, 0), 0);
 }
 
+/* Spaces around each part are trimmed; hex digits compare case-insensitively. */
+static void verify_trailing_spaces_and_upper_case(void **state)
+{
+	const char *spaced = " t=1700000000 , v1=827f65e919695f28428361cf43675381f99c07e689d077b1"
+			     "489080b4415df7e6 ";
+	const char *upper = "t=1700000000,v1=827F65E919695F28428361CF43675381F99C07E689D077B1"
+			    "489080B4415DF7E6";
+
+	assert_int_equal(signing_verify("whsec_test", spaced, body, strlen(body), 1700000000, 0),
+			 0);
+	assert_int_equal(signing_verify("whsec_test", upper, body, strlen(body), 1700000000, 0), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -159,6 +172,7 @@ int main(void)
 		cmocka_unit_test(verify_refuses_wrong),
 		cmocka_unit_test(verify_malformed),
 		cmocka_unit_test(verify_rotation_and_spaces),
+		cmocka_unit_test(verify_trailing_spaces_and_upper_case),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
