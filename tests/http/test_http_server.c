@@ -566,12 +566,15 @@ static void raw_no_body_for_head_204_304(void **state)
 	assert_int_equal(raw_read_head(fd, &r), 0);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(raw_header(&r, "Content-Length", v, sizeof(v)), "5");
+	raw_response_free(&r);
 	assert_int_equal(raw_read_head(fd, &r), 0);
 	assert_int_equal(r.status, 204);
 	assert_null(raw_header(&r, "Content-Length", v, sizeof(v)));
+	raw_response_free(&r);
 	assert_int_equal(raw_read_head(fd, &r), 0);
 	assert_int_equal(r.status, 304);
 	assert_string_equal(raw_header(&r, "Content-Length", v, sizeof(v)), "4");
+	raw_response_free(&r);
 	assert_int_equal(raw_read_response(fd, &r), 0);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(r.body, "hello");
@@ -595,6 +598,7 @@ static void raw_continue_behind_earlier_request(void **state)
 	raw_response_free(&r);
 	assert_int_equal(raw_read_head(fd, &r), 0);
 	assert_int_equal(r.status, 100);
+	raw_response_free(&r);
 	raw_send_str(fd, "hello");
 	assert_int_equal(raw_read_response(fd, &r), 0);
 	assert_int_equal(r.status, 200);
