@@ -187,21 +187,29 @@ static void circuit_lost_probe_is_given_up(void **state)
 	assert_int_equal(c.state, LANE_CIRCUIT_CLOSED);
 }
 
+/* A default lane whose circuit opened at 0 (20 refusals) and sent its probe at 15 s. */
+static void probe_out_at_15s(struct lane *l)
+{
+	struct retry_decision bad = { .verdict = RETRY_RESEND, .circuit_refusal = true };
+	uint64_t w;
+
+	lane_init(l, NULL, 0);
+	for (int i = 0; i < 20; i++) {
+		assert_int_equal(lane_admit(l, 0, false, &w), LANE_GO);
+		lane_record(l, 0, &bad);
+	}
+	assert_int_equal(lane_admit(l, 15000, false, &w), LANE_GO); /* the probe */
+}
+
 /* The probe answered 401: the lane stops, and the answer still reaches the circuit; once
  * resumed, the lane sends again instead of waiting for a probe that was answered. */
 static void lane_probe_answered_by_stop(void **state)
 {
 	struct lane l;
-	struct retry_decision bad = { .verdict = RETRY_RESEND, .circuit_refusal = true };
 	struct retry_decision stop = { .verdict = RETRY_STOP_LANE };
 	uint64_t w;
 
-	lane_init(&l, NULL, 0);
-	for (int i = 0; i < 20; i++) {
-		assert_int_equal(lane_admit(&l, 0, false, &w), LANE_GO);
-		lane_record(&l, 0, &bad);
-	}
-	assert_int_equal(lane_admit(&l, 15000, false, &w), LANE_GO); /* the probe */
+	probe_out_at_15s(&l);
 	lane_record(&l, 15100, &stop);
 	assert_int_equal(lane_admit(&l, 15200, false, &w), LANE_STOPPED);
 	lane_resume(&l);
@@ -213,15 +221,9 @@ static void lane_probe_answered_by_stop(void **state)
 static void lane_resume_forgets_the_probe(void **state)
 {
 	struct lane l;
-	struct retry_decision bad = { .verdict = RETRY_RESEND, .circuit_refusal = true };
 	uint64_t w;
 
-	lane_init(&l, NULL, 0);
-	for (int i = 0; i < 20; i++) {
-		assert_int_equal(lane_admit(&l, 0, false, &w), LANE_GO);
-		lane_record(&l, 0, &bad);
-	}
-	assert_int_equal(lane_admit(&l, 15000, false, &w), LANE_GO); /* the probe */
+	probe_out_at_15s(&l);
 	assert_int_equal(lane_admit(&l, 15100, false, &w), LANE_WAIT);
 	lane_resume(&l);
 	assert_int_equal(lane_admit(&l, 15100, false, &w), LANE_GO); /* a new probe */
