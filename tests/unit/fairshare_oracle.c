@@ -324,7 +324,56 @@ static struct fairshare_decision limited_levels(const struct oracle_gate *g, uin
 	return verdict(FAIRSHARE_LEVEL_NONE, FAIRSHARE_REASON_NONE);
 }
 
-struct fairshare_decision oracle_admit(const struct oracle_gate *g, uint32_t c, uint32_t agent)
+/* Every level has room (C1, C2, C3, C7), read as one condition. */
+static bool levels_have_room(const struct oracle_gate *g, uint32_t c, uint32_t agent, uint32_t cap)
+{
+	if (g->system_running >= g->system_limit)
+		return false;
+	if (!g->enforced)
+		return true;
+	return org_running(g) < g->org_limit &&
+	       (!cap || agent == FAIRSHARE_NO_AGENT || g->agent_running[agent] < cap) &&
+	       (c == g->direct || g->ceiling[c] == FAIRSHARE_UNLIMITED ||
+		g->running[c] < g->ceiling[c]);
+}
+
+/* SPEC C5's admission sentence (with R7, R8, R9) as one boolean, written apart from the
+ * decision order below: the two must agree on every admission. */
+static bool c5_admits(const struct oracle_gate *g, uint32_t c, uint32_t agent)
+{
+	uint32_t cap = (g->per_agent != FAIRSHARE_UNLIMITED && g->per_agent < g->org_limit)
+			       ? g->per_agent
+			       : 0;
+	uint64_t O = org_running(g), others = 0, all = 0, agent_others = 0, reserve = 0;
+	uint64_t fd = g->direct != NO && g->floors_valid && g->floor[g->direct] > 1
+			      ? g->floor[g->direct]
+			      : 1;
+
+	if (!levels_have_room(g, c, agent, cap) || !g->enforced)
+		return levels_have_room(g, c, agent, cap);
+	for (uint32_t d = 0; d < g->n; d++) {
+		uint64_t sh = d == g->direct || !g->floors_valid ? 0 : short_of(g, d);
+
+		all += sh;
+		others += d == c ? 0 : sh;
+		agent_others +=
+			d != c && g->agent[c] != FAIRSHARE_NO_AGENT && g->agent[d] == g->agent[c]
+				? sh
+				: 0;
+	}
+	if (g->direct != NO && g->k > 0)
+		reserve = g->k < fd ? g->k : fd;
+	if (c == g->direct) /* R8: no reserve against itself */
+		return !g->floors_valid || g->running[c] < fd || O + 1 + all <= g->org_limit;
+	return O + 1 + reserve <= g->org_limit &&
+	       (!g->floors_valid || g->running[c] < g->floor[c] ||
+		(O + 1 + reserve + others <= g->org_limit &&
+		 (!cap || g->agent[c] == FAIRSHARE_NO_AGENT ||
+		  g->agent_running[g->agent[c]] + 1 + agent_others <= cap)));
+}
+
+/* The decision with its level and reason: the first failing check in fairshare_gate.h's order. */
+static struct fairshare_decision decide(const struct oracle_gate *g, uint32_t c, uint32_t agent)
 {
 	uint64_t O = org_running(g);
 	uint32_t cap = (g->per_agent != FAIRSHARE_UNLIMITED && g->per_agent < g->org_limit)
@@ -349,6 +398,15 @@ struct fairshare_decision oracle_admit(const struct oracle_gate *g, uint32_t c, 
 		return d;
 	}
 	return d.admitted ? fair_level(g, c, O, cap) : d;
+}
+
+struct fairshare_decision oracle_admit(const struct oracle_gate *g, uint32_t c, uint32_t agent)
+{
+	struct fairshare_decision d = decide(g, c, agent);
+
+	if (d.admitted != c5_admits(g, c, agent)) /* the oracle disagrees with itself */
+		d.level = FAIRSHARE_LEVEL_COUNT;
+	return d;
 }
 
 static void gate_of(const struct st *s, struct oracle_gate *g)
@@ -378,14 +436,14 @@ static void gate_of(const struct st *s, struct oracle_gate *g)
 	}
 }
 
-/* Admits dials of c one at a time until the gate would refuse. */
+/* Admits dials of c one at a time until C5's admission (c5_admits) refuses. */
 static uint32_t count_admissions(const struct st *s, uint32_t c)
 {
 	struct oracle_gate g;
 	uint32_t n = 0;
 
 	gate_of(s, &g);
-	while (n < 100000 && oracle_admit(&g, c, g.agent[c]).admitted) {
+	while (n < 100000 && c5_admits(&g, c, g.agent[c])) {
 		n++;
 		g.running[c]++;
 		g.system_running++;
@@ -395,13 +453,76 @@ static uint32_t count_admissions(const struct st *s, uint32_t c)
 	return n;
 }
 
-static void term(int64_t v, enum fairshare_limit by, uint32_t value, struct oracle_result *o,
-		 int64_t *best)
+/* C12's effective_limit terms, narrowest level first (the order R11 breaks ties in). */
+enum { T_CEILING, T_AGENT, T_POOL, T_SYSTEM, T_COUNT };
+
+struct c12 {
+	int64_t v[T_COUNT];
+	bool present[T_COUNT];
+};
+
+/* Each term of C12's definition, written from its text. */
+static void c12_terms(const struct st *s, uint32_t c, int64_t sys_room, struct c12 *t)
 {
-	if (v < *best) {
-		*best = v;
-		o->limited_by = by;
-		o->limited_by_value = value;
+	const struct fairshare_campaign *k = &s->in[c];
+	int64_t held_by_others = 0;
+
+	for (uint32_t d = 0; d < s->n; d++)
+		if (d != c)
+			held_by_others +=
+				s->floor[d] > s->in[d].running ? s->floor[d] : s->in[d].running;
+	*t = (struct c12){ 0 };
+	t->present[T_CEILING] = !k->direct && k->ceiling != FAIRSHARE_UNLIMITED;
+	t->v[T_CEILING] = k->ceiling;
+	t->present[T_AGENT] = s->cap && !k->direct && k->agent != FAIRSHARE_NO_AGENT;
+	if (t->present[T_AGENT]) {
+		int64_t free = (int64_t)s->cap - s->org->agent_running[k->agent];
+
+		t->v[T_AGENT] = k->running + (free > 0 ? free : 0);
+	}
+	t->present[T_POOL] = true;
+	t->v[T_POOL] = (int64_t)s->org->org_limit - held_by_others;
+	if (t->v[T_POOL] < s->floor[c])
+		t->v[T_POOL] = s->floor[c];
+	t->present[T_SYSTEM] = true;
+	t->v[T_SYSTEM] = k->running + sys_room;
+}
+
+/* effective_limit = the plain minimum of the terms; limited_by = the narrowest term equal to it
+ * (R11); the pool is a fair share only with another holder and two active campaigns. */
+static void c12_effective(const struct st *s, uint32_t c, uint32_t active, int64_t sys_room,
+			  struct oracle_result *o, int64_t *best)
+{
+	struct c12 t;
+	int64_t held = 0;
+	int bind = T_SYSTEM;
+
+	c12_terms(s, c, sys_room, &t);
+	*best = INT64_MAX;
+	for (int i = 0; i < T_COUNT; i++)
+		if (t.present[i] && t.v[i] < *best)
+			*best = t.v[i];
+	for (int i = T_COUNT - 1; i >= 0; i--)
+		if (t.present[i] && t.v[i] == *best)
+			bind = i;
+	for (uint32_t d = 0; d < s->n; d++)
+		held += d != c && (s->floor[d] || s->in[d].running);
+	o->limited_by_value = 0;
+	if (bind == T_CEILING) {
+		o->limited_by = FAIRSHARE_BY_CEILING;
+		o->limited_by_value = s->in[c].ceiling;
+	} else if (bind == T_AGENT) {
+		o->limited_by = FAIRSHARE_BY_AGENT;
+		o->limited_by_value = s->cap;
+	} else if (bind == T_POOL && held && active >= 2) {
+		o->limited_by = FAIRSHARE_BY_FAIR_SHARE;
+		o->limited_by_value = active;
+	} else if (bind == T_POOL) {
+		o->limited_by = FAIRSHARE_BY_ORG;
+		o->limited_by_value = s->org->org_limit;
+	} else {
+		o->limited_by = FAIRSHARE_BY_SYSTEM;
+		o->limited_by_value = s->org->system_limit;
 	}
 }
 
@@ -409,35 +530,16 @@ static void capacity(const struct st *s, uint32_t c, uint32_t active, struct ora
 {
 	const struct fairshare_campaign *k = &s->in[c];
 	int64_t sys_room = (int64_t)s->org->system_limit - s->org->system_running;
-	int64_t others = 0, best = INT64_MAX;
+	int64_t best;
 
 	sys_room = sys_room > 0 ? sys_room : 0;
-	for (uint32_t d = 0; d < s->n; d++)
-		if (d != c)
-			others += s->floor[d] > s->in[d].running ? s->floor[d] : s->in[d].running;
 	if (!s->org->enforced) {
 		best = k->running + sys_room;
 		o->limited_by = FAIRSHARE_BY_ENFORCEMENT_OFF;
 		o->limited_by_value = 0;
 		o->available_now = (uint32_t)sys_room;
 	} else {
-		int64_t org = (int64_t)s->org->org_limit - others;
-
-		/* Narrowest first; a later term must be strictly smaller to bind (R11). */
-		if (!k->direct && k->ceiling != FAIRSHARE_UNLIMITED)
-			term(k->ceiling, FAIRSHARE_BY_CEILING, k->ceiling, o, &best);
-		if (s->cap && !k->direct && k->agent != FAIRSHARE_NO_AGENT) {
-			int64_t free = (int64_t)s->cap - s->org->agent_running[k->agent];
-
-			term(k->running + (free > 0 ? free : 0), FAIRSHARE_BY_AGENT, s->cap, o,
-			     &best);
-		}
-		bool shared = others && active >= 2; /* R11: a share needs a second campaign */
-
-		term(org > s->floor[c] ? org : s->floor[c],
-		     shared ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG,
-		     shared ? active : s->org->org_limit, o, &best);
-		term(k->running + sys_room, FAIRSHARE_BY_SYSTEM, s->org->system_limit, o, &best);
+		c12_effective(s, c, active, sys_room, o, &best);
 		o->available_now = count_admissions(s, c);
 	}
 	if (k->state != FAIRSHARE_RUNNING) {

@@ -7,9 +7,17 @@
  *     (within agent groups, then the pool) on rationals;
  *   - floors by enumerating every feasible set of round-ups and keeping the one that is best in
  *     deficit order; the allocator rounds greedily;
- *   - available_now by admitting calls one by one with a from-scratch admission decision that
- *     walks every campaign; the allocator uses a closed form;
- *   - oracle_admit(): the gate's decision recomputed from the full state (no aggregates);
+ *   - deficits (R5) as an exact rational split into whole part and remainder, rounded half up
+ *     once; the allocator uses one floor division of 128-bit integers;
+ *   - available_now by admitting calls one by one through c5_admits(), SPEC C5's admission
+ *     sentence (with R7, R8, R9) written as one boolean that walks every campaign; the
+ *     allocator uses a closed form;
+ *   - effective_limit as the plain minimum of C12's terms, and limited_by as the narrowest term
+ *     equal to it; the allocator keeps a running minimum that only a strictly smaller term
+ *     replaces;
+ *   - oracle_admit(): the gate's decision recomputed from the full state (no aggregates), as the
+ *     first failing check in fairshare_gate.h's documented order; it must agree with
+ *     c5_admits() on admitted (else it reports the impossible level FAIRSHARE_LEVEL_COUNT);
  *   - oracle_check_maxmin(): the max-min characterisation (every campaign below its need sits on
  *     a saturated constraint where nobody has more), checked on any fluid vector.
  * It shares only the data model (the input structs) and the decision vocabulary (enums).
