@@ -250,6 +250,7 @@ struct gate_world {
 	uint32_t n_calls;
 	unsigned started[3];
 	unsigned asked; /* gate decisions */
+	uint64_t now;	/* the gate's clock */
 };
 
 static enum drr_ready gate_ready_cb(void *ctx, uint32_t c)
@@ -259,7 +260,7 @@ static enum drr_ready gate_ready_cb(void *ctx, uint32_t c)
 	struct fairshare_decision dec;
 
 	w->asked++;
-	assert_int_equal(fairshare_gate_try(&w->g, &w->sys, &slot, 0, &dec), 0);
+	assert_int_equal(fairshare_gate_try(&w->g, &w->sys, &slot, w->now, &dec), 0);
 	if (dec.admitted)
 		return DRR_READY;
 	return fairshare_gate_blocks_org(&dec) ? DRR_BLOCKED : DRR_NOT_READY;
@@ -275,8 +276,9 @@ static void gate_refill(struct drr *d, struct gate_world *w)
 	}
 }
 
-static void gate_world_run(bool enforced, uint32_t system_limit)
+static void gate_world_run(bool enforced, uint32_t system_limit, bool expired)
 {
+	const uint32_t floors[3] = { 7, 7, 6 };
 	struct fairshare_gate_limits lim = { 20, FAIRSHARE_UNLIMITED, enforced };
 	struct gate_world w = { .sys = { system_limit, 0 } };
 	struct drr d;
@@ -288,6 +290,10 @@ static void gate_world_run(bool enforced, uint32_t system_limit)
 							    .agent = FAIRSHARE_NO_AGENT };
 	assert_int_equal(fairshare_gate_init(&w.g, &lim, w.gc, 3, FAIRSHARE_NO_CAMPAIGN, w.ga, 1),
 			 0);
+	if (expired) { /* floors installed once, valid until 10, the clock then at 20 */
+		assert_int_equal(fairshare_gate_install(&w.g, 1, floors, 3, 0, 10), 0);
+		w.now = 20;
+	}
 	drr_init(&d, e, 3, 1, 1);
 	for (uint32_t i = 0; i < 3; i++)
 		drr_add(&d, i);
@@ -308,8 +314,9 @@ static void gate_world_run(bool enforced, uint32_t system_limit)
 
 static void gate_without_floors_rotates(void **state)
 {
-	gate_world_run(true, 1000); /* floors never installed: the org level refuses */
-	gate_world_run(false, 20);  /* enforcement off: the system level refuses */
+	gate_world_run(true, 1000, false); /* floors never installed: the org level refuses */
+	gate_world_run(true, 1000, true);  /* floors expired */
+	gate_world_run(false, 20, false);  /* enforcement off: the system level refuses */
 }
 
 int main(void)
