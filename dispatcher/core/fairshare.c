@@ -568,7 +568,19 @@ static struct fairshare_carry carry_of(int64_t deficit, struct frac f, uint32_t 
 {
 	int64_t g = gcd64(f.num, f.den);
 
-	return (struct fairshare_carry){ deficit, f.num / g, f.den / g, floor };
+	return (struct fairshare_carry){ deficit, f.num / g, f.den / g, floor, 0 };
+}
+
+/* An inactive campaign's carry: its deficit frozen while the grace lasts, then nothing (R5). */
+static struct fairshare_carry idle_carry(const struct ctx *x, uint32_t i)
+{
+	uint64_t idle = x->in[i].carry.idle_ms, e = x->org->elapsed_ms;
+
+	/* idle + e <= FAIRSHARE_DEFICIT_GRACE_MS, without overflow */
+	if (x->acc[i] == 0 || idle > FAIRSHARE_DEFICIT_GRACE_MS ||
+	    e > FAIRSHARE_DEFICIT_GRACE_MS - idle)
+		return (struct fairshare_carry){ 0 };
+	return (struct fairshare_carry){ .deficit = x->acc[i], .idle_ms = idle + e };
 }
 
 static void finish(struct ctx *x, const struct totals *t, struct fairshare_summary *summary)
@@ -577,8 +589,8 @@ static void finish(struct ctx *x, const struct totals *t, struct fairshare_summa
 		struct fairshare_result *o = &x->out[i];
 
 		o->fluid = (double)x->fluid[i].num / (double)x->fluid[i].den;
-		if (o->active)
-			o->carry = carry_of(x->acc[i], x->fluid[i], o->floor);
+		o->carry =
+			o->active ? carry_of(x->acc[i], x->fluid[i], o->floor) : idle_carry(x, i);
 		capacity(x, t, i);
 	}
 	if (summary)

@@ -33,7 +33,10 @@
  *      a = n - floor_prev * d, floor division (so 312.5 -> 313, -687.5 -> -687). Each step is
  *      within 1/2 line-microsecond of the exact integral, so deficits of one recompute sum to 0
  *      within n/2 µs rather than exactly. D is clamped to +-FAIRSHARE_DEFICIT_MAX. A campaign
- *      that leaves the active set forgets its deficit.
+ *      that leaves the active set keeps its deficit, frozen (its carried fluid share and floor
+ *      become 0, so nothing accrues), for FAIRSHARE_DEFICIT_GRACE_MS counted in the elapsed
+ *      times of the recomputes that find it inactive; past that it forgets it. So a backlog that
+ *      empties for a moment does not lose (or escape) its place in the rotation.
  *  R6  shortfall(c) = max(0, floor(c) - running(c)) is summed over batch campaigns only. The
  *      direct pseudo-campaign's reservation is direct_reserve = min(k, max(1, floor(direct))),
  *      which is bounded by k so no line is held for direct dials that no longer wait.
@@ -78,11 +81,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define FAIRSHARE_UNLIMITED	UINT32_MAX     /* no ceiling; per_agent unset */
-#define FAIRSHARE_NO_AGENT	UINT32_MAX     /* a campaign without an agent index */
-#define FAIRSHARE_COUNT_MAX	(1u << 30)     /* largest accepted count or limit */
-#define FAIRSHARE_CAMPAIGNS_MAX (1u << 20)     /* largest accepted number of inputs */
-#define FAIRSHARE_DEFICIT_MAX	(3600000000LL) /* |deficit| cap: 3600 line-seconds, in µs */
+#define FAIRSHARE_UNLIMITED	   UINT32_MAX	  /* no ceiling; per_agent unset */
+#define FAIRSHARE_NO_AGENT	   UINT32_MAX	  /* a campaign without an agent index */
+#define FAIRSHARE_COUNT_MAX	   (1u << 30)	  /* largest accepted count or limit */
+#define FAIRSHARE_CAMPAIGNS_MAX	   (1u << 20)	  /* largest accepted number of inputs */
+#define FAIRSHARE_DEFICIT_MAX	   (3600000000LL) /* |deficit| cap: 3600 line-seconds, in µs */
+#define FAIRSHARE_DEFICIT_GRACE_MS 10000u /* an inactive campaign keeps its deficit this long */
 
 enum fairshare_state {
 	FAIRSHARE_RUNNING = 0, /* dialling normally */
@@ -109,6 +113,7 @@ struct fairshare_carry {
 	int64_t fluid_num; /* fluid share installed by the previous recompute: numerator */
 	int64_t fluid_den; /* its denominator, 1..FAIRSHARE_CAMPAIGNS_MAX (0: no fluid share) */
 	uint32_t floor;	   /* floor installed by the previous recompute */
+	uint64_t idle_ms;  /* inactive for this long (R5 grace); 0 while active */
 };
 
 struct fairshare_campaign {

@@ -552,6 +552,15 @@ static void capacity(const struct st *s, uint32_t c, uint32_t active, struct ora
 	o->effective_limit = (uint32_t)best;
 }
 
+/* R5's grace: an inactive campaign keeps its deficit while its idle time, this recompute's
+ * elapsed time included, is at most FAIRSHARE_DEFICIT_GRACE_MS. */
+static int64_t kept_while_idle(const struct st *s, uint32_t c)
+{
+	double idle = (double)s->in[c].carry.idle_ms + (double)s->org->elapsed_ms;
+
+	return idle <= FAIRSHARE_DEFICIT_GRACE_MS ? s->deficit[c] : 0;
+}
+
 static void results(const struct st *s, struct oracle_result *out, struct oracle_summary *sum)
 {
 	uint32_t active = 0, total = 0, direct = NO;
@@ -573,7 +582,7 @@ static void results(const struct st *s, struct oracle_result *out, struct oracle
 					     .fluid_units = s->x[c],
 					     .units_per_line = s->D,
 					     .floor = s->floor[c] };
-		o->deficit = s->active[c] ? s->deficit[c] : 0;
+		o->deficit = s->active[c] ? s->deficit[c] : kept_while_idle(s, c);
 		o->shortfall = s->floor[c] > s->in[c].running ? s->floor[c] - s->in[c].running : 0;
 		o->reserved = total - s->floor[c];
 		capacity(s, c, active, o);

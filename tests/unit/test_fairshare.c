@@ -280,6 +280,51 @@ static void gate_counts_stay_in_range(void **state)
 	assert_int_equal(fairshare_gate_direct_wait(&g), -EOVERFLOW);
 }
 
+/* Recomputes c[0..3) on 2 lines after elapsed_ms and carries the results forward. */
+static void step3(struct fairshare_org *org, struct fairshare_campaign *c,
+		  struct fairshare_result *out, uint64_t elapsed_ms)
+{
+	org->elapsed_ms = elapsed_ms;
+	assert_int_equal(run(org, c, 3, out, NULL), 0);
+	for (int i = 0; i < 3; i++)
+		c[i].carry = out[i].carry;
+}
+
+/* R5's grace: a campaign whose backlog empties for a moment keeps its deficit, frozen, for
+ * FAIRSHARE_DEFICIT_GRACE_MS; then it forgets it (review finding 10). */
+static void flicker_keeps_deficit(void **state)
+{
+	struct fairshare_org org = { .system_limit = 1000,
+				     .org_limit = 2,
+				     .enforced = true,
+				     .per_agent = FAIRSHARE_UNLIMITED };
+	struct fairshare_campaign c[3] = { backlogged("A", FAIRSHARE_NO_AGENT),
+					   backlogged("B", FAIRSHARE_NO_AGENT),
+					   backlogged("C", FAIRSHARE_NO_AGENT) };
+	struct fairshare_result out[3];
+	int64_t kept;
+
+	step3(&org, c, out, 0); /* 2/3 each: A and B rounded up (ties by id) */
+	assert_true(out[0].floor == 1 && out[1].floor == 1 && out[2].floor == 0);
+	c[0].due = 0; /* A's backlog empties */
+	step3(&org, c, out, 1000);
+	assert_false(out[0].active);
+	kept = out[0].carry.deficit; /* (2/3 - 1) * 1 s */
+	assert_int_equal(kept, -333333);
+	assert_int_equal(out[0].carry.idle_ms, 1000);
+	assert_int_equal(out[0].carry.fluid_den, 0); /* frozen: nothing accrues while idle */
+	step3(&org, c, out, FAIRSHARE_DEFICIT_GRACE_MS - 1000);
+	assert_int_equal(out[0].carry.deficit, kept);
+	c[0].due = 10; /* back within the grace: the deficit counts again */
+	step3(&org, c, out, 0);
+	assert_true(out[0].active);
+	assert_int_equal(out[0].carry.deficit, kept);
+	c[0].due = 0;
+	step3(&org, c, out, FAIRSHARE_DEFICIT_GRACE_MS + 1); /* gone too long: forgotten */
+	assert_int_equal(out[0].carry.deficit, 0);
+	assert_int_equal(out[0].carry.idle_ms, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -288,6 +333,7 @@ int main(void)
 		cmocka_unit_test(fluid_is_exact),
 		cmocka_unit_test(agent_groups_cap_together),
 		cmocka_unit_test(many_campaigns),
+		cmocka_unit_test(flicker_keeps_deficit),
 		cmocka_unit_test(gate_rejects_bad_input),
 		cmocka_unit_test(gate_fencing_and_expiry),
 		cmocka_unit_test(gate_counts_stay_in_range),

@@ -111,6 +111,7 @@ static void random_campaign(struct rng *r, struct scenario *s, uint32_t i)
 		c->carry.fluid_den = 1 + below(r, 16); /* halves, odd denominators: R5 rounding */
 		c->carry.fluid_num = below(r, 7 * (uint32_t)c->carry.fluid_den + 1);
 		c->carry.floor = below(r, 8);
+		c->carry.idle_ms = chance(r, 70) ? 0 : below(r, 2 * FAIRSHARE_DEFICIT_GRACE_MS);
 	}
 }
 

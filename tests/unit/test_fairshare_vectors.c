@@ -170,6 +170,7 @@ static void campaign_of(struct org_case *k, const cJSON *j, struct fairshare_cam
 		c->carry.fluid_num = (int64_t)cJSON_GetObjectItem(carry, "fluid_num")->valuedouble;
 		c->carry.fluid_den = (int64_t)cJSON_GetObjectItem(carry, "fluid_den")->valuedouble;
 		c->carry.floor = u32_or(carry, "floor", 0);
+		c->carry.idle_ms = u32_or(carry, "idle_ms", 0);
 	}
 }
 
@@ -643,7 +644,7 @@ static bool schema_head(struct schema *sc, const cJSON *j, const char *const *ca
 	{
 		if (!only(sc, c, "campaign", ckeys) ||
 		    !only(sc, cJSON_GetObjectItem(c, "carry"), "carry",
-			  KEYS("deficit", "fluid_num", "fluid_den", "floor")))
+			  KEYS("deficit", "fluid_num", "fluid_den", "floor", "idle_ms")))
 			return false;
 		if (sc->n_ids < MAX_C)
 			sc->ids[sc->n_ids++] = str_or(c, "id", "");
