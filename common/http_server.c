@@ -174,7 +174,7 @@ static void on_write(uv_write_t *w, int status)
 	free(wr->data);
 	free(wr);
 	c->writes--;
-	if (!c->writes && !c->closing)
+	if (!c->writes && !c->closing && uv_is_active((uv_handle_t *)&c->wtimer))
 		uv_timer_stop(&c->wtimer);
 	if (status < 0)
 		conn_close(c);
@@ -216,7 +216,8 @@ static void write_queued(struct http_conn *c, size_t len)
 	c->wbytes += len;
 	if (unsent > s->stats.write_queued_max)
 		s->stats.write_queued_max = unsent;
-	if (s->cfg.write_timeout_ms && !uv_is_active((uv_handle_t *)&c->wtimer)) {
+	/* Most writes complete at once (nothing left queued): no timer for those. */
+	if (unsent && s->cfg.write_timeout_ms && !uv_is_active((uv_handle_t *)&c->wtimer)) {
 		c->wmark = c->wbytes - unsent;
 		uv_timer_start(&c->wtimer, on_wtimer, s->cfg.write_timeout_ms,
 			       s->cfg.write_timeout_ms);

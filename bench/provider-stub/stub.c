@@ -260,7 +260,7 @@ static void throttled(struct stub *s, struct http_request *req, struct stub_org 
 
 struct dial {
 	const char *key, *to, *org, *agent, *campaign, *contact; /* borrowed from the body */
-	char *callback; /* owned: the checked callback URL (loopback_url) */
+	const char *callback; /* the checked callback URL: borrowed from the stub's cache */
 	int attempt;
 };
 
@@ -354,7 +354,29 @@ static const char *str_field(const cJSON *j, const char *name, bool nullable, bo
 }
 
 /* Reads the dial body; returns NULL or the name of the first bad field. */
-static const char *dial_parse(const cJSON *j, struct dial *d)
+/* Returns the checked form of callback URL u (see loopback_url), or NULL. The last accepted
+ * URL is cached (senders use one callback URL), so the parse is not paid on every dial; the
+ * result is borrowed until the next call. */
+static const char *checked_callback(struct stub *s, const char *u)
+{
+	char *in, *out;
+
+	if (s->cb_in && strcmp(u, s->cb_in) == 0)
+		return s->cb_out;
+	if (!(out = loopback_url(u)))
+		return NULL;
+	if (!(in = strdup(u))) {
+		free(out);
+		return NULL;
+	}
+	free(s->cb_in);
+	free(s->cb_out);
+	s->cb_in = in;
+	s->cb_out = out;
+	return out;
+}
+
+static const char *dial_parse(struct stub *s, const cJSON *j, struct dial *d)
 {
 	bool ok = true;
 	const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "attempt");
@@ -379,7 +401,7 @@ static const char *dial_parse(const cJSON *j, struct dial *d)
 		return "attempt";
 	d->attempt = a->valueint;
 	const cJSON *cb = cJSON_GetObjectItemCaseSensitive(j, "callback_url");
-	if (!cJSON_IsString(cb) || !(d->callback = loopback_url(cb->valuestring)))
+	if (!cJSON_IsString(cb) || !(d->callback = checked_callback(s, cb->valuestring)))
 		return "callback_url";
 	return NULL;
 }
@@ -593,7 +615,7 @@ void stub_handle_dial(struct http_request *req, void *data)
 			return;
 		}
 	}
-	const char *bad = dial_parse(j, &d);
+	const char *bad = dial_parse(s, j, &d);
 	if (bad) {
 		s->rejected++;
 		snprintf(msg, sizeof(msg), "Field %s is missing or invalid.", bad);
@@ -601,7 +623,6 @@ void stub_handle_dial(struct http_request *req, void *data)
 	} else {
 		dial(s, req, &d);
 	}
-	free(d.callback);
 	cJSON_Delete(j);
 }
 

@@ -298,6 +298,8 @@ static void stub_maybe_done(struct stub *s)
 	map_free(&s->attempts, free_ptr);
 	map_free(&s->key_tries, NULL);
 	map_free(&s->call_ids, NULL);
+	free(s->cb_in);
+	free(s->cb_out);
 	if (s->close_cb)
 		s->close_cb(s, s->close_data);
 	free(s);

@@ -71,6 +71,7 @@ struct stub {
 	struct map call_ids;  /* call id -> struct stub_call (borrowed) */
 	struct stub_event *events;
 	struct stub_delayed *delayed;
+	char *cb_in, *cb_out; /* the last accepted callback_url and its checked form (owned) */
 	uint64_t next_id;
 	uint64_t requests, placed, replays, duplicates, throttled_429, throttled_body;
 	uint64_t errors_5xx, rejected, live, max_live;
