@@ -56,6 +56,7 @@ void http_client_config_defaults(struct http_client_config *c)
 	c->max_cached_connections = 64;
 	c->timeout_ms = 10000;
 	c->connect_timeout_ms = 2000;
+	c->no_proxy = false;
 }
 
 const char *http_client_class_name(enum http_client_class cls)
@@ -366,6 +367,8 @@ static int call_setup(struct http_client *c, struct http_client_call *call,
 	curl_easy_setopt(e, CURLOPT_PRIVATE, call);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+	if (c->cfg.no_proxy)
+		curl_easy_setopt(e, CURLOPT_PROXY, ""); /* "": no proxy, whatever the environment */
 	curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)t);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)ct);
 	curl_easy_setopt(e, CURLOPT_HTTPHEADER, call->headers);

@@ -13,6 +13,7 @@
 #ifndef DSP_HTTP_CLIENT_H
 #define DSP_HTTP_CLIENT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,7 @@ struct http_client_config {
 	long max_cached_connections; /* idle connections kept for reuse [64] */
 	uint64_t timeout_ms;	     /* whole request, when the request says 0 [10000] */
 	uint64_t connect_timeout_ms; /* when the request says 0 [2000] */
+	bool no_proxy; /* ignore http_proxy & co. from the environment: connect directly [false] */
 };
 
 struct http_client_request {

@@ -239,6 +239,7 @@ int stub_new(uv_loop_t *loop, const struct stub_config *cfg, struct stub **out)
 {
 	struct stub *s;
 	struct http_server_config sc;
+	struct http_client_config cc;
 	int err;
 
 	if (!loopback_host(cfg->host))
@@ -259,7 +260,9 @@ int stub_new(uv_loop_t *loop, const struct stub_config *cfg, struct stub **out)
 	sc.host = strcmp(cfg->host, "localhost") == 0 ? "127.0.0.1" : cfg->host;
 	sc.port = cfg->port;
 	sc.max_connections = 4096;
-	if ((err = http_client_new(loop, NULL, &s->client))) {
+	http_client_config_defaults(&cc);
+	cc.no_proxy = true; /* events go straight to the loopback receiver, never via a proxy */
+	if ((err = http_client_new(loop, &cc, &s->client))) {
 		free(s);
 		return err;
 	}

@@ -140,6 +140,25 @@ static void callback_url_loopback_only(void **state)
 	harness_stop(h);
 }
 
+/* A proxy in the environment is not used: the events still go straight to loopback. */
+static void events_ignore_proxy_environment(void **state)
+{
+	struct stub_config c = base();
+	struct harness *h;
+	struct reply r;
+
+	c.hold = false;
+	c.dur_min_ms = c.dur_max_ms = 100000;
+	setenv("http_proxy", "http://127.0.0.1:9", 1); /* nothing listens there */
+	h = harness_start(&c);
+	harness_dial(h, "px", "o1", "c1", "px", 1, &r);
+	assert_int_equal(r.status, 201);
+	harness_wait_events(h, 1); /* ringing reached the receiver */
+	assert_int_equal(harness_stat(h, "events_failed"), 0);
+	harness_stop(h);
+	unsetenv("http_proxy");
+}
+
 /* A replay answers 200 with the same call id before throttling and faults are looked at, and
  * does not count against the window (D0: a seen key places nothing). */
 static void replays_before_throttling_and_faults(void **state)
@@ -605,6 +624,7 @@ int main(void)
 		cmocka_unit_test(replay_and_duplicates),
 		cmocka_unit_test(validation_and_auth),
 		cmocka_unit_test(callback_url_loopback_only),
+		cmocka_unit_test(events_ignore_proxy_environment),
 		cmocka_unit_test(replays_before_throttling_and_faults),
 		cmocka_unit_test(closing_refuses_dials),
 		cmocka_unit_test(sliding_and_fixed_windows),
