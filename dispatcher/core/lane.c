@@ -225,8 +225,8 @@ enum lane_gate lane_admit(struct lane *l, int64_t now, bool resend, uint64_t *wa
 
 void lane_record(struct lane *l, int64_t now, const struct retry_decision *d)
 {
-	if (d->verdict == RETRY_STOP_LANE)
-		l->stopped = true;
+	if (d->stop_lane)
+		l->stopped = true; /* STOP_LANE, or UNKNOWN for a maybe-delivered call */
 	else if (d->park_lane)
 		lane_park_throttled(&l->park, now, d->park_ms);
 	else if (d->verdict == RETRY_OK)

@@ -301,6 +301,14 @@ static void by_status(const struct retry_policy *p, const struct retry_answer *a
 		out->verdict = RETRY_STOP_LANE;
 		out->reason = RETRY_REASON_UNEXPECTED;
 	}
+	out->stop_lane = out->verdict == RETRY_STOP_LANE;
+	if (c->maybe_delivered &&
+	    (out->verdict == RETRY_INVALID || out->verdict == RETRY_STOP_LANE)) {
+		/* An earlier send may have placed the call: releasing its slots or failing the
+		 * contact could leave a live call uncounted. It ends unknown (slots kept, no new
+		 * key); an event or the maximum-duration sweep finishes it. The lane still stops. */
+		out->verdict = RETRY_UNKNOWN;
+	}
 }
 
 void retry_classify(const struct retry_policy *p, const struct retry_answer *a,

@@ -37,6 +37,10 @@
  *     only with server_tries of 6 or more.
  *   - A reset is an unknown outcome scheduled like a 5xx (a server-side fault that clears
  *     quickly); only timeouts use the flat 2 s schedule.
+ *   - 400/404/422 and 401/403 (and other lane-stopping statuses) answered to a call that may
+ *     already be placed (maybe_delivered) end it UNKNOWN instead: its slots stay held and the
+ *     contact is neither failed nor re-dialled under a new key; with stop_lane set, the lane
+ *     stops all the same.
  *   - maybe_delivered (struct retry_counts): an earlier send of this call ended in an unknown
  *     outcome other than a failed connect, so the provider may have placed the call. Then
  *       * a failed or timed-out connect is still an unknown outcome (re-send the same key, or
@@ -135,6 +139,8 @@ struct retry_decision {
 	bool park_lane;	 /* throttled: park the lane (lane_park_throttled) */
 	int64_t park_ms; /* with park_lane: the Retry-After delay, or -1 when there was none */
 	bool circuit_refusal; /* counts as a refusal for the lane's circuit (not OK/INVALID/STOP) */
+	bool stop_lane;	      /* stop the lane (401/403, contract mismatch): set with STOP_LANE,
+			       * and with UNKNOWN when such an answer came to a maybe-delivered call */
 };
 
 /* Fills *p with SPEC D2's limits. */

@@ -206,7 +206,7 @@ static void probe_out_at_15s(struct lane *l)
 static void lane_probe_answered_by_stop(void **state)
 {
 	struct lane l;
-	struct retry_decision stop = { .verdict = RETRY_STOP_LANE };
+	struct retry_decision stop = { .verdict = RETRY_STOP_LANE, .stop_lane = true };
 	uint64_t w;
 
 	probe_out_at_15s(&l);
@@ -215,6 +215,25 @@ static void lane_probe_answered_by_stop(void **state)
 	lane_resume(&l);
 	assert_int_equal(lane_admit(&l, 15300, false, &w), LANE_GO);
 	assert_int_equal(lane_admit(&l, 15300, false, &w), LANE_GO);
+}
+
+/* A 401 to a re-send of a call that may be placed ends the call unknown (retry_policy.c), and
+ * still stops the lane: the flag, not the verdict, decides. */
+static void lane_stops_on_unknown_with_stop_flag(void **state)
+{
+	struct lane l;
+	struct retry_policy p;
+	struct retry_answer a = { 401, RETRY_TRANSPORT_NONE, NULL, false };
+	struct retry_counts c = { 0, 2, true };
+	struct retry_decision d;
+	uint64_t w;
+
+	retry_policy_defaults(&p);
+	retry_classify(&p, &a, &c, 0, 0, &d);
+	assert_int_equal(d.verdict, RETRY_UNKNOWN);
+	probe_out_at_15s(&l);
+	lane_record(&l, 15100, &d);
+	assert_int_equal(lane_admit(&l, 15200, false, &w), LANE_STOPPED);
 }
 
 /* Resuming a lane forgets a probe still out. */
@@ -319,7 +338,7 @@ static void lane_gate_order(void **state)
 	lane_record(&l, 5200, &ok);
 	assert_int_equal(l.park.level, 0);
 	/* Credentials: stopped until resumed. */
-	struct retry_decision stop = { .verdict = RETRY_STOP_LANE };
+	struct retry_decision stop = { .verdict = RETRY_STOP_LANE, .stop_lane = true };
 	lane_record(&l, 6000, &stop);
 	assert_int_equal(lane_admit(&l, 6000, false, &w), LANE_STOPPED);
 	lane_resume(&l);
@@ -366,6 +385,7 @@ int main(void)
 		cmocka_unit_test(circuit_probe_closes_or_reopens),
 		cmocka_unit_test(circuit_lost_probe_is_given_up),
 		cmocka_unit_test(lane_probe_answered_by_stop),
+		cmocka_unit_test(lane_stops_on_unknown_with_stop_flag),
 		cmocka_unit_test(lane_resume_forgets_the_probe),
 		cmocka_unit_test(budget_ten_percent),
 		cmocka_unit_test(budget_floor_for_quiet_lanes),

@@ -326,6 +326,23 @@ static void invalid_and_stop_rows(void **state)
 	}
 	/* A body flag on a non-2xx answer does not turn it into throttling. */
 	assert_int_equal(classify(400, 0, NULL, true, 0, 1, RMAX).verdict, RETRY_INVALID);
+	assert_true(st(401, 1, RMAX).stop_lane);
+	assert_false(st(422, 1, RMAX).stop_lane);
+}
+
+/* The same rows answered to a re-send of a call that may already be placed: the call ends
+ * unknown (slots kept, no new key, the contact not failed); the lane still stops on 401/403. */
+static void invalid_and_stop_rows_after_maybe_delivered(void **state)
+{
+	const int statuses[] = { 400, 404, 422, 401, 403, 301 };
+
+	for (size_t i = 0; i < sizeof(statuses) / sizeof(statuses[0]); i++) {
+		struct retry_decision d =
+			classify_md(statuses[i], 0, NULL, false, 0, 2, true, RMAX);
+		assert_int_equal(d.verdict, RETRY_UNKNOWN);
+		assert_int_equal(d.stop_lane,
+				 statuses[i] != 400 && statuses[i] != 404 && statuses[i] != 422);
+	}
 }
 
 static void http_dates(void **state)
@@ -411,6 +428,7 @@ int main(void)
 		cmocka_unit_test(failed_connect_is_a_refusal),
 		cmocka_unit_test(throttled_resend_keeps_the_key),
 		cmocka_unit_test(invalid_and_stop_rows),
+		cmocka_unit_test(invalid_and_stop_rows_after_maybe_delivered),
 		cmocka_unit_test(http_dates),
 		cmocka_unit_test(retry_after_values),
 		cmocka_unit_test(jitter_and_names),
