@@ -473,6 +473,20 @@ int http_response_header(struct http_request *req, const char *name, const char 
 
 /* HEAD answers and 304 carry no body, but the Content-Length of the one they stand for; a
  * 204 carries neither (RFC 9110 §6.4.1, §8.6). */
+/* The Date header every answer carries (RFC 9110 §6.6.1), formatted once a second. */
+static const char *date_header(struct http_server *srv)
+{
+	time_t now = time(NULL);
+	struct tm tm;
+
+	if (now != srv->date_sec || !srv->date[0]) {
+		gmtime_r(&now, &tm);
+		strftime(srv->date, sizeof(srv->date), "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+		srv->date_sec = now;
+	}
+	return srv->date;
+}
+
 static int serialize(struct http_request *req, int status, const char *ctype, const void *body,
 		     size_t len)
 {
@@ -480,6 +494,8 @@ static int serialize(struct http_request *req, int status, const char *ctype, co
 	bool nobody = status == 204 || status == 304 || strcmp(req->method, "HEAD") == 0;
 	int err = http_buf_printf(o, "HTTP/1.1 %d %s\r\n", status, http_reason(status));
 
+	if (!err)
+		err = http_buf_puts(o, date_header(req->conn->srv));
 	if (!err && ctype)
 		err = http_buf_printf(o, "Content-Type: %s\r\n", ctype);
 	if (!err && status != 204)

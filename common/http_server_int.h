@@ -89,6 +89,8 @@ struct http_server {
 	http_server_close_cb close_cb;
 	void *close_data;
 	char readbuf[HTTP_READ_BUF]; /* shared: input is consumed within the read callback */
+	time_t date_sec;	     /* second the cached Date header was made for */
+	char date[40];		     /* "Date: <IMF-fixdate>\r\n", remade once a second */
 };
 
 /* http_request.c */

@@ -1,3 +1,5 @@
+/* strptime() is XSI. */
+#define _XOPEN_SOURCE 700
 /* HTTP server against real clients: libcurl (keep-alive, Expect: 100-continue, 413) and raw
  * sockets (malformed, oversized request line and headers, body limits, slow clients, pipelining,
  * 404/405 bodies, idle close, connection limit, graceful close). The server runs its loop in a
@@ -16,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -566,6 +569,12 @@ static void raw_no_body_for_head_204_304(void **state)
 	assert_int_equal(raw_read_head(fd, &r), 0);
 	assert_int_equal(r.status, 200);
 	assert_string_equal(raw_header(&r, "Content-Length", v, sizeof(v)), "5");
+	/* Every answer carries a Date in IMF-fixdate form: "Tue, 01 Dec 2026 09:37:03 GMT". */
+	char date[64];
+	struct tm tm = { 0 };
+	assert_non_null(raw_header(&r, "Date", date, sizeof(date)));
+	char *end = strptime(date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+	assert_true(end && *end == '\0' && tm.tm_year >= 124);
 	raw_response_free(&r);
 	assert_int_equal(raw_read_head(fd, &r), 0);
 	assert_int_equal(r.status, 204);
