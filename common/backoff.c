@@ -7,14 +7,20 @@ void backoff_init(struct backoff *b, uint64_t min_ms, uint64_t max_ms)
 	b->attempt = 0;
 }
 
+uint64_t backoff_doubled(uint64_t base, unsigned n, uint64_t cap)
+{
+	uint64_t v = base;
+
+	/* Stops as soon as the cap is reached, so v never exceeds 2 * cap. */
+	for (unsigned i = 0; i < n && v < cap; i++)
+		v *= 2;
+	return v < cap ? v : cap;
+}
+
 uint64_t backoff_next(struct backoff *b, uint32_t rnd)
 {
-	uint64_t delay = b->min_ms;
+	uint64_t delay = backoff_doubled(b->min_ms, b->attempt, b->max_ms);
 
-	for (unsigned i = 0; i < b->attempt && delay < b->max_ms; i++)
-		delay *= 2;
-	if (delay > b->max_ms)
-		delay = b->max_ms;
 	if (b->attempt < 64)
 		b->attempt++;
 

@@ -10,6 +10,11 @@ struct backoff {
 	unsigned attempt; /* retries made since the last success */
 };
 
+/* Returns base * 2^n capped at cap (cap when base exceeds it). The one capped-doubling rule of
+ * the project: reconnect backoff, lane parking and the retry table's schedules all use it. Never
+ * overflows, whatever n. */
+uint64_t backoff_doubled(uint64_t base, unsigned n, uint64_t cap);
+
 /* Sets the bounds and clears the attempt count. */
 void backoff_init(struct backoff *b, uint64_t min_ms, uint64_t max_ms);
 

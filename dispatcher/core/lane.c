@@ -1,5 +1,7 @@
 #include "lane.h"
 
+#include "backoff.h"
+
 #include <stddef.h>
 
 void lane_config_defaults(struct lane_config *c)
@@ -34,11 +36,7 @@ uint64_t lane_park_throttled(struct lane_park *p, int64_t now, int64_t retry_aft
 	}
 	if (now < p->until_ms)
 		return lane_park_wait(p, now);
-	uint64_t d = p->base_ms;
-	for (unsigned i = 0; i < p->level && d < p->cap_ms; i++)
-		d *= 2;
-	if (d > p->cap_ms)
-		d = p->cap_ms;
+	uint64_t d = backoff_doubled(p->base_ms, p->level, p->cap_ms);
 	if (p->level < 64)
 		p->level++;
 	p->until_ms = now + (int64_t)d;

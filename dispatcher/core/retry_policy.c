@@ -1,5 +1,7 @@
 #include "retry_policy.h"
 
+#include "backoff.h"
+
 #include <errno.h>
 #include <stddef.h>
 #include <string.h>
@@ -31,16 +33,6 @@ uint64_t retry_full_jitter(uint64_t ceiling, uint32_t rnd)
 uint64_t retry_half_jitter(uint64_t d, uint32_t rnd)
 {
 	return d - d / 2 + retry_full_jitter(d / 2, rnd);
-}
-
-/* base * 2^n, capped; n saturates so the shift never overflows. */
-static uint64_t doubled(uint64_t base, unsigned n, uint64_t cap)
-{
-	uint64_t v = base;
-
-	for (unsigned i = 0; i < n && v < cap; i++)
-		v *= 2;
-	return v < cap ? v : cap;
 }
 
 /* ---- HTTP-date (RFC 9110 §5.6.7) ---- */
@@ -212,7 +204,7 @@ static void throttle_delay(const struct retry_policy *p, const struct retry_answ
 	out->reason = RETRY_REASON_THROTTLED;
 	out->park_ms = -1;
 	out->delay_ms = retry_full_jitter(
-		doubled(p->throttle_base_ms, c->throttled, p->throttle_cap_ms), rnd);
+		backoff_doubled(p->throttle_base_ms, c->throttled, p->throttle_cap_ms), rnd);
 }
 
 /* Throttled. A refusal, unless an earlier send of this call may have been delivered: the call
@@ -264,7 +256,7 @@ static void by_transport(const struct retry_policy *p, const struct retry_counts
 			 enum retry_transport t, uint32_t rnd, struct retry_decision *out)
 {
 	unsigned n = c->sends > 0 ? c->sends - 1 : 0;
-	uint64_t server = doubled(p->server_base_ms, n, p->server_cap_ms);
+	uint64_t server = backoff_doubled(p->server_base_ms, n, p->server_cap_ms);
 	bool timeout = t == RETRY_TRANSPORT_CONNECT_TIMEOUT || t == RETRY_TRANSPORT_READ_TIMEOUT;
 	enum retry_reason reason = timeout ? RETRY_REASON_TIMEOUT : RETRY_REASON_CONNECTION;
 	bool connect = t == RETRY_TRANSPORT_CONNECT_FAILED || t == RETRY_TRANSPORT_CONNECT_TIMEOUT;
@@ -282,7 +274,7 @@ static void by_status(const struct retry_policy *p, const struct retry_answer *a
 {
 	int s = a->status;
 	unsigned n = c->sends > 0 ? c->sends - 1 : 0;
-	uint64_t server = doubled(p->server_base_ms, n, p->server_cap_ms);
+	uint64_t server = backoff_doubled(p->server_base_ms, n, p->server_cap_ms);
 
 	if (s >= 500 && s <= 599) {
 		unknown(p->server_tries, server, false, RETRY_REASON_SERVER_ERROR, c, rnd, out);

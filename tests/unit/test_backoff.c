@@ -1,4 +1,5 @@
 #include "backoff.h"
+#include "list.h"
 
 #include <setjmp.h>
 #include <stdarg.h>
@@ -59,6 +60,57 @@ static void max_below_min_is_min(void **state)
 	assert_true(b.attempt <= 64); /* the counter saturates instead of overflowing */
 }
 
+static void doubled_caps_and_never_overflows(void **state)
+{
+	assert_int_equal(backoff_doubled(500, 0, 8000), 500);
+	assert_int_equal(backoff_doubled(500, 3, 8000), 4000);
+	assert_int_equal(backoff_doubled(500, 4, 8000), 8000);
+	assert_int_equal(backoff_doubled(500, 5, 8000), 8000);
+	/* A base above the cap is the cap; a huge n does not wrap. */
+	assert_int_equal(backoff_doubled(9000, 0, 8000), 8000);
+	assert_true(backoff_doubled(1, 4000000000u, UINT64_MAX / 2) == UINT64_MAX / 2 + 1 ||
+		    backoff_doubled(1, 4000000000u, UINT64_MAX / 2) == UINT64_MAX / 2);
+	assert_int_equal(backoff_doubled(3, 200, 1000000), 1000000);
+}
+
+static void list_keeps_order_and_unlinks(void **state)
+{
+	struct item {
+		int v;
+		struct list_node node;
+	} items[4];
+	struct list_node head, *pos, *tmp, other;
+	int seen[4], n = 0;
+
+	list_init(&head);
+	list_init(&other);
+	assert_true(list_empty(&head));
+	assert_null(list_first(&head));
+	for (int i = 0; i < 4; i++) {
+		items[i].v = i;
+		list_init(&items[i].node);
+		assert_false(list_linked(&items[i].node));
+	}
+	list_add_tail(&head, &items[1].node);
+	list_add_tail(&head, &items[2].node);
+	list_add_head(&head, &items[0].node);
+	list_add_tail(&other, &items[3].node);
+	list_splice_tail(&head, &other);
+	assert_true(list_empty(&other));
+	list_del(&items[2].node);
+	list_del(&items[2].node); /* a second unlink is harmless */
+	assert_false(list_linked(&items[2].node));
+	list_for_each_safe(pos, tmp, &head) {
+		seen[n++] = list_entry(pos, struct item, node)->v;
+		list_del(pos);
+	}
+	assert_int_equal(n, 3);
+	assert_int_equal(seen[0], 0);
+	assert_int_equal(seen[1], 1);
+	assert_int_equal(seen[2], 3);
+	assert_true(list_empty(&head));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -66,6 +118,8 @@ int main(void)
 		cmocka_unit_test(jitter_stays_in_half_to_full),
 		cmocka_unit_test(reset_starts_over),
 		cmocka_unit_test(max_below_min_is_min),
+		cmocka_unit_test(doubled_caps_and_never_overflows),
+		cmocka_unit_test(list_keeps_order_and_unlinks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
