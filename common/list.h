@@ -17,12 +17,12 @@ struct list_node {
 };
 
 /* The element of type `type` whose member `member` is the node at ptr. */
-#define list_entry(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+#define list_entry(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
 
 /* Iterates pos (a struct list_node *) over head; pos may be list_del()eted in the body (tmp
  * holds the next node). */
-#define list_for_each_safe(pos, tmp, head)                                                      \
-	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                       \
+#define list_for_each_safe(pos, tmp, head)                                                         \
+	for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head);                           \
 	     (pos) = (tmp), (tmp) = (pos)->next)
 
 /* Makes n an empty list (a sentinel) or an unlinked element. */

@@ -100,7 +100,7 @@ static void list_keeps_order_and_unlinks(void **state)
 	list_del(&items[2].node);
 	list_del(&items[2].node); /* a second unlink is harmless */
 	assert_false(list_linked(&items[2].node));
-	list_for_each_safe(pos, tmp, &head) {
+	list_for_each_safe (pos, tmp, &head) {
 		seen[n++] = list_entry(pos, struct item, node)->v;
 		list_del(pos);
 	}
