@@ -81,6 +81,7 @@ void log_emit(enum log_level level, enum log_group group, const struct log_ids *
 			add_id(obj, "campaign", ids->campaign);
 			add_id(obj, "contact", ids->contact);
 			add_id(obj, "call", ids->call);
+			add_id(obj, "conn", ids->conn);
 		}
 		line = cJSON_PrintUnformatted(obj);
 		cJSON_Delete(obj);

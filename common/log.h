@@ -10,7 +10,7 @@
  *
  * The level is checked before any formatting happens, so a disabled DEBUG line costs one compare.
  * Each line carries "ts", "level", "group", "msg" and, when given, the ids that matter
- * ("org", "campaign", "contact", "call"). Phone numbers and secrets never go into a log line:
+ * ("org", "campaign", "contact", "call", and "conn" for the connection layers). Phone numbers and secrets never go into a log line:
  * use log_mask_phone().
  */
 #ifndef DSP_LOG_H
@@ -42,6 +42,7 @@ struct log_ids {
 	const char *campaign;
 	const char *contact;
 	const char *call;
+	const char *conn; /* the connection a layer line is about: "pg[gate]", "redis[sub]" */
 };
 
 extern enum log_level log_current_level;
@@ -73,5 +74,9 @@ char *log_mask_phone(const char *phone, char *buf, size_t len);
 #define log_warn(group, ...)  LOG_AT(LOG_WARN, group, NULL, __VA_ARGS__)
 #define log_info(group, ...)  LOG_AT(LOG_INFO, group, NULL, __VA_ARGS__)
 #define log_debug(group, ...) LOG_AT(LOG_DEBUG, group, NULL, __VA_ARGS__)
+
+/* A line about one connection of a layer: name is its label ("pg[gate]"), written as "conn". */
+#define LOG_CONN(level, group, name, ...)                                                          \
+	LOG_AT(level, group, (&(const struct log_ids){ .conn = (name) }), __VA_ARGS__)
 
 #endif

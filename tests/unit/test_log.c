@@ -36,7 +36,7 @@ static char *capture(void (*fn)(void))
 
 static void emit_two(void)
 {
-	struct log_ids ids = { .org = "org_1", .call = "c-\"1\"" };
+	struct log_ids ids = { .org = "org_1", .call = "c-\"1\"", .conn = "pg[gate]" };
 
 	log_set_level(LOG_INFO);
 	log_debug(LOG_PG, "dropped %d", 1);
@@ -57,6 +57,7 @@ static void lines_are_json_with_ids(void **state)
 	assert_string_equal(cJSON_GetObjectItem(obj, "group")->valuestring, "gate");
 	assert_string_equal(cJSON_GetObjectItem(obj, "org")->valuestring, "org_1");
 	assert_string_equal(cJSON_GetObjectItem(obj, "call")->valuestring, "c-\"1\"");
+	assert_string_equal(cJSON_GetObjectItem(obj, "conn")->valuestring, "pg[gate]");
 	assert_null(cJSON_GetObjectItem(obj, "campaign"));
 	assert_non_null(strstr(cJSON_GetObjectItem(obj, "msg")->valuestring, "newline \n kept"));
 	cJSON_Delete(obj);
