@@ -139,7 +139,7 @@ static void request_free(struct request *req)
 
 /* The formatted EVALSHA command cmd turned into EVAL with the script's text: the same first
  * line (argument count), then EVAL, the text, and everything after the SHA unchanged. Returns a
- * malloc'd command and its length, or NULL. */
+ * malloc'd, NUL-terminated command and its length (without the NUL), or NULL. */
 static char *eval_command(const struct request *req, size_t *outlen)
 {
 	static const char evalsha[] = "$7\r\nEVALSHA\r\n$40\r\n";
@@ -154,7 +154,7 @@ static char *eval_command(const struct request *req, size_t *outlen)
 		return NULL;
 	int hl = snprintf(head, sizeof(head), "$4\r\nEVAL\r\n$%zu\r\n", textlen);
 	size_t len = first + (size_t)hl + textlen + 2 + (req->cmdlen - skip);
-	char *cmd = malloc(len);
+	char *cmd = malloc(len + 1); /* NUL-terminated: hiredis 0.14 scans it with strchr */
 	if (!cmd)
 		return NULL;
 	char *p = cmd;
@@ -163,6 +163,7 @@ static char *eval_command(const struct request *req, size_t *outlen)
 	memcpy(p += hl, text, textlen);
 	memcpy(p += textlen, "\r\n", 2);
 	memcpy(p + 2, req->cmd + skip, req->cmdlen - skip);
+	cmd[len] = '\0';
 	*outlen = len;
 	return cmd;
 }
