@@ -128,7 +128,8 @@ void conn_drop(struct redis_conn *conn, const char *why)
 
 	lost(conn, why);
 	if (ac)
-		redisAsyncFree(ac); /* pending callbacks run with NULL; deferred inside a callback */
+		redisAsyncFree(
+			ac); /* pending callbacks run with NULL; deferred inside a callback */
 }
 
 static void request_free(struct request *req)
@@ -282,7 +283,8 @@ static void start_connect(struct redis_conn *conn)
 
 	if (conn->state == ST_CLOSED)
 		return;
-	if (redis_uv_connect(conn->loop, conn->host, conn->port, conn->path, conn->label, &ac) < 0) {
+	if (redis_uv_connect(conn->loop, conn->host, conn->port, conn->path, conn->label, &ac) <
+	    0) {
 		conn->stats.failed_connects++;
 		schedule_reconnect(conn);
 		return;
@@ -342,8 +344,7 @@ static void conn_free(struct redis_conn *conn)
 {
 	struct list_node *n, *tmp;
 
-	list_for_each_safe(n, tmp, &conn->hooks)
-	{
+	list_for_each_safe (n, tmp, &conn->hooks) {
 		struct hook *h = list_entry(n, struct hook, node);
 		free(h->name);
 		free(h);
@@ -367,9 +368,9 @@ int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struc
 	list_init(&conn->pending);
 	list_init(&conn->hooks);
 	int rc = copy_options(conn, opts);
-	if (rc == 0 && redis_url_parse(opts->url, conn->host, sizeof(conn->host), &conn->port,
-				       conn->path, sizeof(conn->path), conn->password,
-				       sizeof(conn->password)) < 0)
+	if (rc == 0 &&
+	    redis_url_parse(opts->url, conn->host, sizeof(conn->host), &conn->port, conn->path,
+			    sizeof(conn->path), conn->password, sizeof(conn->password)) < 0)
 		rc = -EINVAL;
 	if (rc < 0) {
 		conn_free(conn);
@@ -446,8 +447,7 @@ int redis_conn_command_argv(struct redis_conn *conn, redis_reply_cb cb, void *da
 
 /* Queues an already formatted command (ownership of cmd stays with the caller unless the
  * request keeps it, see redis_conn_evalsha). */
-static int send_formatted(struct redis_conn *conn, struct request *req, const char *cmd,
-			  size_t len)
+static int send_formatted(struct redis_conn *conn, struct request *req, const char *cmd, size_t len)
 {
 	if (redisAsyncFormattedCommand(conn->ac, reply_cb, req, cmd, len) != REDIS_OK)
 		return -ENOMEM;

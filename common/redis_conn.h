@@ -70,14 +70,14 @@ typedef void (*redis_event_cb)(struct redis_conn *conn, const struct redis_conn_
 			       void *data);
 
 struct redis_conn_options {
-	const char *url;	     /* redis://[:password@]host:port or unix:///path (copied) */
-	const char *name;	     /* labels log lines "redis[<name>]" and is set as the client
-				      * name (CLIENT SETNAME; printable ASCII, no space); NULL:
-				      * "redis", no client name. Copied. */
-	uint64_t connect_timeout_ms; /* deadline of one connect + handshake (hooks included) */
-	uint64_t command_timeout_ms; /* deadline of one command; past it the connection drops */
-	uint64_t reconnect_min_ms;   /* first reconnect delay */
-	uint64_t reconnect_max_ms;   /* cap on the reconnect delay */
+	const char *url;	       /* redis://[:password@]host:port or unix:///path (copied) */
+	const char *name;	       /* labels log lines "redis[<name>]" and is set as the client
+					* name (CLIENT SETNAME; printable ASCII, no space); NULL:
+					* "redis", no client name. Copied. */
+	uint64_t connect_timeout_ms;   /* deadline of one connect + handshake (hooks included) */
+	uint64_t command_timeout_ms;   /* deadline of one command; past it the connection drops */
+	uint64_t reconnect_min_ms;     /* first reconnect delay */
+	uint64_t reconnect_max_ms;     /* cap on the reconnect delay */
 	struct redis_scripts *scripts; /* loaded on every connect; borrowed, must outlive conn;
 					* frozen by redis_conn_start(). May be NULL. */
 	const char *generation_key;    /* read on every connect and reported on up; NULL: none.

@@ -203,8 +203,8 @@ void redis_hook_noeviction(struct redis_conn *conn, uint64_t run, void *data)
 
 static void up(struct redis_conn *conn)
 {
-	bool changed = conn->up_run_id[0] && conn->run_id[0] &&
-		       strcmp(conn->up_run_id, conn->run_id) != 0;
+	bool changed =
+		conn->up_run_id[0] && conn->run_id[0] && strcmp(conn->up_run_id, conn->run_id) != 0;
 	struct redis_conn_event ev = {
 		.type = REDIS_CONN_UP,
 		.run_id = conn->run_id,
@@ -267,8 +267,8 @@ static void generation_cb(struct redis_conn *conn, int status, redisReply *r, vo
 		memcpy(conn->generation, r->str, r->len + 1);
 		conn->generation_len = r->len;
 	} else if (r->type != REDIS_REPLY_NIL) {
-		snprintf(msg, sizeof(msg), "GET of the generation key %s failed: %s",
-			 conn->gen_key, r->type == REDIS_REPLY_ERROR ? r->str : "not a string");
+		snprintf(msg, sizeof(msg), "GET of the generation key %s failed: %s", conn->gen_key,
+			 r->type == REDIS_REPLY_ERROR ? r->str : "not a string");
 		refuse(conn, DSP_EREDIS, msg);
 		return;
 	}

@@ -90,14 +90,13 @@ static void lost(struct redis_sub *sub, const char *why)
 		return;
 	uv_timer_stop(&sub->liveness_timer);
 	sub->ping_out = false;
-	list_for_each_safe(n, tmp, &sub->subs)
-	{
+	list_for_each_safe (n, tmp, &sub->subs) {
 		list_entry(n, struct subscription, node)->confirmed = false;
 	}
 	if (was_up) {
 		sub->stats.disconnects++;
-		LOG_CONN(LOG_WARN, LOG_REDIS, sub->label, "connection to %s lost: %s",
-			 SERVER(sub), why);
+		LOG_CONN(LOG_WARN, LOG_REDIS, sub->label, "connection to %s lost: %s", SERVER(sub),
+			 why);
 	} else {
 		unsigned a = sub->backoff.attempt;
 		sub->stats.failed_connects++;
@@ -128,14 +127,16 @@ static void up(struct redis_sub *sub)
 	backoff_reset(&sub->backoff);
 	LOG_CONN(LOG_INFO, LOG_REDIS, sub->label, "subscribed on %s", SERVER(sub));
 	if (sub->opts.publisher)
-		uv_timer_start(&sub->liveness_timer, liveness_cb, sub->opts.liveness_interval_ms, 0);
+		uv_timer_start(&sub->liveness_timer, liveness_cb, sub->opts.liveness_interval_ms,
+			       0);
 	if (sub->opts.state_cb)
 		sub->opts.state_cb(sub, true, sub->opts.data);
 }
 
 static bool names(const redisReply *e, const struct subscription *s)
 {
-	return e->type == REDIS_REPLY_STRING && e->len == s->len && memcmp(e->str, s->name, s->len) == 0;
+	return e->type == REDIS_REPLY_STRING && e->len == s->len &&
+	       memcmp(e->str, s->name, s->len) == 0;
 }
 
 static bool is_string(const redisReply *e)
@@ -318,8 +319,7 @@ static int send_hello(struct redis_sub *sub)
 	if (redisAsyncCommandArgv(sub->ac, setname_cb, sub, 3, setname, NULL))
 		return -ENOMEM;
 	sub->unconfirmed = 0;
-	list_for_each_safe(n, tmp, &sub->subs)
-	{
+	list_for_each_safe (n, tmp, &sub->subs) {
 		if (rc == 0)
 			rc = send_subscribe(sub, list_entry(n, struct subscription, node));
 		sub->unconfirmed++;
@@ -357,8 +357,7 @@ static int add(struct redis_sub *sub, const char *name, bool pattern, bool inter
 		return -ESHUTDOWN;
 	if (!name || !name[0] || !cb)
 		return -EINVAL;
-	list_for_each_safe(n, tmp, &sub->subs)
-	{
+	list_for_each_safe (n, tmp, &sub->subs) {
 		struct subscription *s = list_entry(n, struct subscription, node);
 		if (s->pattern == pattern && strcmp(s->name, name) == 0)
 			return -EEXIST;
@@ -382,8 +381,7 @@ static int add(struct redis_sub *sub, const char *name, bool pattern, bool inter
 	return 0;
 }
 
-int redis_sub_subscribe(struct redis_sub *sub, const char *channel, redis_message_cb cb,
-			void *data)
+int redis_sub_subscribe(struct redis_sub *sub, const char *channel, redis_message_cb cb, void *data)
 {
 	return add(sub, channel, false, false, cb, data);
 }
@@ -398,8 +396,7 @@ static void sub_free(struct redis_sub *sub)
 {
 	struct list_node *n, *tmp;
 
-	list_for_each_safe(n, tmp, &sub->subs)
-	{
+	list_for_each_safe (n, tmp, &sub->subs) {
 		struct subscription *s = list_entry(n, struct subscription, node);
 		free(s->name);
 		free(s);

@@ -112,7 +112,8 @@ int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop, const char *label)
 int redis_uv_connect(uv_loop_t *loop, const char *host, int port, const char *path,
 		     const char *label, redisAsyncContext **out)
 {
-	redisAsyncContext *ac = path[0] ? redisAsyncConnectUnix(path) : redisAsyncConnect(host, port);
+	redisAsyncContext *ac =
+		path[0] ? redisAsyncConnectUnix(path) : redisAsyncConnect(host, port);
 
 	if (!ac)
 		return -ENOMEM;

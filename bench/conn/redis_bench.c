@@ -33,7 +33,7 @@ struct options {
 };
 
 struct bench_case {
-	const char *name;   /* row label */
+	const char *name;    /* row label */
 	const char *cmdstat; /* INFO commandstats section: cmdstat_<name> */
 	bool script;
 	int depth; /* 1: one at a time */
@@ -199,8 +199,7 @@ static void print_row(const struct bench_case *bc, int rounds)
 	       median(bc->usec, rounds, NULL, NULL));
 }
 
-static void print_machine(const struct redis_conn *c, const struct options *o, long ops1,
-			  long opsn)
+static void print_machine(const struct redis_conn *c, const struct options *o, long ops1, long opsn)
 {
 	char model[128] = "unknown CPU", line[256];
 	FILE *f = fopen("/proc/cpuinfo", "r");

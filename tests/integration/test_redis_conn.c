@@ -18,11 +18,11 @@
 
 struct probe {
 	int ups, downs, refusals;
-	bool new_server;      /* of the last up */
-	char run_id[41];      /* of the last up */
-	char generation[64];  /* of the last up; "(nil)" when absent */
-	int refusal_status;   /* of the last refusal */
-	char refusal[512];    /* its message */
+	bool new_server;     /* of the last up */
+	char run_id[41];     /* of the last up */
+	char generation[64]; /* of the last up; "(nil)" when absent */
+	int refusal_status;  /* of the last refusal */
+	char refusal[512];   /* its message */
 	int calls;
 	int status;
 	int type; /* reply type of the last reply */
@@ -408,8 +408,10 @@ static void create_then_start(void **state)
 	uv_loop_t loop;
 	struct probe p = { 0 };
 	struct redis_conn *c;
-	struct redis_conn_options bad = { .url = svc.redis_url, .name = "has space",
-					  .connect_timeout_ms = 1, .command_timeout_ms = 1 };
+	struct redis_conn_options bad = { .url = svc.redis_url,
+					  .name = "has space",
+					  .connect_timeout_ms = 1,
+					  .command_timeout_ms = 1 };
 
 	uv_loop_init(&loop);
 	assert_int_equal(redis_conn_new(&loop, &bad, &c), -EINVAL);

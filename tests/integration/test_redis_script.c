@@ -78,8 +78,8 @@ static void event_cb(struct redis_conn *conn, const struct redis_conn_event *ev,
 		p->ups++;
 		p->new_server = ev->new_server;
 		if (p->on_up) /* the earliest moment the owner can call a script */
-			assert_int_equal(redis_conn_evalsha(conn, p->on_up, reply_cb, p, 1, argv, NULL),
-					 0);
+			assert_int_equal(
+				redis_conn_evalsha(conn, p->on_up, reply_cb, p, 1, argv, NULL), 0);
 	}
 }
 
@@ -142,8 +142,8 @@ static struct redis_scripts *registry(void)
 	assert_int_equal(redis_scripts_new(&reg), 0);
 	assert_int_equal(redis_scripts_add(reg, lua("incr.lua"), 0, NULL), 0);
 	assert_int_equal(redis_scripts_add(reg, lua("echo.lua"), 0, NULL), 0);
-	assert_int_equal(redis_scripts_add(reg, lua("guarded_incr.lua"), REDIS_SCRIPT_GUARDED, NULL),
-			 0);
+	assert_int_equal(
+		redis_scripts_add(reg, lua("guarded_incr.lua"), REDIS_SCRIPT_GUARDED, NULL), 0);
 	return reg;
 }
 
@@ -163,8 +163,8 @@ static void header_rules(void **state)
 	const struct redis_script *s;
 
 	assert_int_equal(redis_scripts_new(&reg), 0);
-	assert_int_equal(add_text(reg, "return 1\n", 0), -EINVAL);		  /* no header */
-	assert_int_equal(add_text(reg, "-- KEYS: a\nreturn 1\n", 0), -EINVAL);	  /* no ARGV */
+	assert_int_equal(add_text(reg, "return 1\n", 0), -EINVAL);	       /* no header */
+	assert_int_equal(add_text(reg, "-- KEYS: a\nreturn 1\n", 0), -EINVAL); /* no ARGV */
 	assert_int_equal(add_text(reg, "-- ARGV:\n\n-- KEYS:\nreturn 1\n", 0), -EINVAL); /* gap */
 	assert_int_equal(add_text(reg, "-- KEYS: 1a\n-- ARGV:\n", 0), -EINVAL);
 	assert_int_equal(add_text(reg, "-- KEYS: a ...\n-- ARGV:\n", 0), -EINVAL);
@@ -193,7 +193,8 @@ static void header_rules(void **state)
 	size_t len;
 	const char *text = redis_script_text(s, &len);
 	assert_non_null(strstr(text, "-- generation_guard.lua"));
-	assert_string_equal(text + len - lua("guarded_incr.lua")->len, lua("guarded_incr.lua")->text);
+	assert_string_equal(text + len - lua("guarded_incr.lua")->len,
+			    lua("guarded_incr.lua")->text);
 	assert_int_equal(redis_script_numkeys(s), 2);
 
 	redis_scripts_freeze(reg);
