@@ -246,6 +246,15 @@ static int parse(int argc, char **argv, struct options *o)
 
 static bool up;
 
+static void print_command(int argc, char **argv)
+{
+	printf("## conn_redis_bench\n\ncommand:");
+	for (int i = 0; i < argc; i++)
+		printf(" %s", argv[i]);
+	printf("\n\n");
+	fflush(stdout);
+}
+
 static void event_cb(struct redis_conn *conn, const struct redis_conn_event *ev, void *data)
 {
 	up = ev->type == REDIS_CONN_UP;
@@ -314,11 +323,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	log_set_level(LOG_WARN);
-	printf("## conn_redis_bench\n\ncommand:");
-	for (int i = 0; i < argc; i++)
-		printf(" %s", argv[i]);
-	printf("\n\n");
-	fflush(stdout);
+	print_command(argc, argv);
 	eo.tcp = o.tcp;
 	if (embedded_start(&e, &eo) < 0 || redis_scripts_new(&reg) < 0 ||
 	    redis_scripts_add(reg, &bench_redis_lua[0], 0, &s) < 0)
