@@ -83,7 +83,7 @@ struct redis_conn_options {
 	const char *generation_key;    /* read on every connect and reported on up; NULL: none.
 					* Copied. */
 	redis_event_cb event_cb;       /* may be NULL */
-	void *data;		       /* passed to event_cb and to hooks, borrowed */
+	void *data;		       /* passed to event_cb, borrowed (hooks get their own) */
 };
 
 struct redis_conn_stats {
