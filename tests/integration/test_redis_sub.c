@@ -219,7 +219,8 @@ static void killed_is_remade(void **state)
 	assert_int_equal(redis_sub_start(sub), 0);
 	fixture_run_until(&loop, sub_up, sub, 60000);
 
-	assert_int_equal(run(&loop, pub, NULL, "CLIENT", "KILL", "TYPE", "pubsub", NULL), 1);
+	/* At least ours (an earlier test's closed subscriber may not be reaped yet). */
+	assert_true(run(&loop, pub, NULL, "CLIENT", "KILL", "TYPE", "pubsub", NULL) >= 1);
 	fixture_run_until_count(&loop, &p.ups, 2, 60000); /* re-made by itself, owner told */
 	assert_int_equal(p.downs, 1);
 	assert_int_equal(run(&loop, pub, NULL, "PUBLISH", "t:wake", "after", NULL), 1);
