@@ -1,11 +1,11 @@
-#include "redis_conn.h"
+/* The Redis command connection: state, pipelined requests, deadlines, EVALSHA with its NOSCRIPT
+ * retry. The handshake (hooks, script loading, lost-data guard) is in redis_handshake.c. */
+#include "redis_conn_int.h"
 
-#include "backoff.h"
 #include "log.h"
 #include "redis_uv.h"
 
 #include <errno.h>
-#include <hiredis/async.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -13,43 +13,7 @@
 #include <string.h>
 #include <strings.h>
 
-enum state {
-	ST_DOWN,       /* waiting for the reconnect timer */
-	ST_CONNECTING, /* connect + handshake under way, deadline armed */
-	ST_UP,	       /* handshake done, commands accepted */
-	ST_CLOSED,     /* owner closed it; waiting for handles to close */
-};
-
-struct request {
-	struct request *prev, *next; /* pending list, in send order (= reply order) */
-	struct redis_conn *conn;
-	redis_reply_cb cb; /* NULL for handshake commands */
-	void *data;
-	uint64_t deadline; /* uv_now() ms */
-	bool timed_out;
-};
-
-struct redis_conn {
-	uv_loop_t *loop;
-	struct redis_conn_options opts;
-	char *url; /* owned copy of opts.url */
-	char host[256];
-	int port;
-	char path[108];
-	char password[256];
-	redisAsyncContext *ac; /* NULL when down; owned by hiredis once connected */
-	enum state state;
-	bool was_up;		   /* a down transition is reported only after an up one */
-	uv_timer_t retry_timer;	   /* reconnect delay, then connect deadline */
-	uv_timer_t deadline_timer; /* deadline of the oldest pending command */
-	struct backoff backoff;
-	uint64_t rng;
-	struct request pending; /* sentinel of the pending list */
-	int open_handles;
-	void (*closed_cb)(void *data);
-	void *closed_data;
-	struct redis_conn_stats stats;
-};
+#define SERVER(conn) ((conn)->path[0] ? (conn)->path : (conn)->host)
 
 static void start_connect(struct redis_conn *conn);
 static void deadline_cb(uv_timer_t *t);
@@ -94,22 +58,15 @@ int redis_url_parse(const char *url, char *host, size_t hostlen, int *port, char
 	return 0;
 }
 
-static void list_remove(struct request *r)
-{
-	r->prev->next = r->next;
-	r->next->prev = r->prev;
-	r->prev = r->next = r;
-}
-
 static void arm_deadline(struct redis_conn *conn)
 {
-	struct request *head = conn->pending.next;
+	struct list_node *head = list_first(&conn->pending);
 
-	if (head == &conn->pending || uv_is_active((uv_handle_t *)&conn->deadline_timer))
+	if (!head || uv_is_active((uv_handle_t *)&conn->deadline_timer))
 		return;
+	uint64_t deadline = list_entry(head, struct request, node)->deadline;
 	uint64_t now = uv_now(conn->loop);
-	uv_timer_start(&conn->deadline_timer, deadline_cb,
-		       head->deadline > now ? head->deadline - now : 0, 0);
+	uv_timer_start(&conn->deadline_timer, deadline_cb, deadline > now ? deadline - now : 0, 0);
 }
 
 static void reconnect_cb(uv_timer_t *t)
@@ -122,9 +79,23 @@ static void schedule_reconnect(struct redis_conn *conn)
 	uint64_t delay = backoff_next(&conn->backoff, backoff_random(&conn->rng));
 
 	conn->state = ST_DOWN;
+	conn->hook_run = 0;
 	uv_timer_stop(&conn->deadline_timer);
 	uv_timer_start(&conn->retry_timer, reconnect_cb, delay, 0);
-	log_debug(LOG_REDIS, "reconnecting in %llu ms", (unsigned long long)delay);
+	LOG_CONN(LOG_DEBUG, LOG_REDIS, conn->label, "reconnecting in %llu ms",
+		 (unsigned long long)delay);
+}
+
+static void log_failed_connect(struct redis_conn *conn, const char *why)
+{
+	/* Never up: the 1st, 2nd, 4th, 8th... failure at warn (a refusal at error), the others
+	 * at debug. */
+	unsigned n = conn->backoff.attempt;
+	bool loud = (n & (n - 1)) == 0;
+	enum log_level level = !loud ? LOG_DEBUG : conn->refusing ? LOG_ERROR : LOG_WARN;
+
+	LOG_CONN(level, LOG_REDIS, conn->label, "connect to %s failed (attempt %u): %s",
+		 SERVER(conn), n + 1, why);
 }
 
 /* The connection is gone (hiredis freed it, or is freeing it now): report and reconnect. */
@@ -137,23 +108,21 @@ static void lost(struct redis_conn *conn, const char *why)
 		return;
 	if (was_up) {
 		conn->stats.disconnects++;
-		log_warn(LOG_REDIS, "connection to %s lost: %s",
-			 conn->path[0] ? conn->path : conn->host, why);
+		LOG_CONN(LOG_WARN, LOG_REDIS, conn->label, "connection to %s lost: %s",
+			 SERVER(conn), why);
 	} else {
 		conn->stats.failed_connects++;
-		/* Never up: the 1st, 2nd, 4th, 8th... failure at warn, the others at debug. */
-		unsigned n = conn->backoff.attempt;
-		LOG_AT((n & (n - 1)) == 0 ? LOG_WARN : LOG_DEBUG, LOG_REDIS, NULL,
-		       "connect to %s failed (attempt %u): %s",
-		       conn->path[0] ? conn->path : conn->host, n + 1, why);
+		log_failed_connect(conn, why);
 	}
+	conn->refusing = false;
 	schedule_reconnect(conn);
-	if (was_up && conn->opts.state_cb)
-		conn->opts.state_cb(conn, false, conn->opts.data);
+	if (was_up && conn->opts.event_cb) {
+		struct redis_conn_event ev = { .type = REDIS_CONN_DOWN };
+		conn->opts.event_cb(conn, &ev, conn->opts.data);
+	}
 }
 
-/* Drops the current context on our own initiative (deadline, failed handshake). */
-static void drop(struct redis_conn *conn, const char *why)
+void conn_drop(struct redis_conn *conn, const char *why)
 {
 	redisAsyncContext *ac = conn->ac;
 
@@ -163,57 +132,90 @@ static void drop(struct redis_conn *conn, const char *why)
 			ac); /* pending callbacks run with NULL; deferred inside a callback */
 }
 
+static void request_free(struct request *req)
+{
+	free(req->cmd);
+	free(req);
+}
+
+/* The formatted EVALSHA command cmd turned into EVAL with the script's text: the same first
+ * line (argument count), then EVAL, the text, and everything after the SHA unchanged. Returns a
+ * malloc'd, NUL-terminated command and its length (without the NUL), or NULL. */
+static char *eval_command(const struct request *req, size_t *outlen)
+{
+	static const char evalsha[] = "$7\r\nEVALSHA\r\n$40\r\n";
+	const char *nl = memchr(req->cmd, '\n', req->cmdlen);
+	size_t first = nl ? (size_t)(nl + 1 - req->cmd) : 0;
+	size_t skip = first + sizeof(evalsha) - 1 + 40 + 2;
+	size_t textlen;
+	const char *text = redis_script_text(req->script, &textlen);
+	char head[64];
+
+	if (!nl || req->cmdlen < skip || memcmp(req->cmd + first, evalsha, sizeof(evalsha) - 1))
+		return NULL;
+	int hl = snprintf(head, sizeof(head), "$4\r\nEVAL\r\n$%zu\r\n", textlen);
+	size_t len = first + (size_t)hl + textlen + 2 + (req->cmdlen - skip);
+	char *cmd = malloc(len + 1); /* NUL-terminated: hiredis 0.14 scans it with strchr */
+	if (!cmd)
+		return NULL;
+	char *p = cmd;
+	memcpy(p, req->cmd, first);
+	memcpy(p += first, head, (size_t)hl);
+	memcpy(p += hl, text, textlen);
+	memcpy(p += textlen, "\r\n", 2);
+	memcpy(p + 2, req->cmd + skip, req->cmdlen - skip);
+	cmd[len] = '\0';
+	*outlen = len;
+	return cmd;
+}
+
+/* A NOSCRIPT answer to an EVALSHA not yet retried: sends it again as EVAL (which also puts the
+ * script back in the server's cache) with the same request. Returns whether it did. */
+static bool retry_noscript(struct redis_conn *conn, struct request *req, redisReply *reply,
+			   redisCallbackFn *fn)
+{
+	size_t len = 0;
+	char *cmd;
+
+	if (!redis_reply_is_noscript(reply) || conn->state != ST_UP || !conn->ac)
+		return false;
+	cmd = eval_command(req, &len);
+	if (!cmd)
+		return false;
+	int rc = redisAsyncFormattedCommand(conn->ac, fn, req, cmd, len);
+	free(cmd);
+	if (rc != REDIS_OK)
+		return false;
+	conn->stats.script_reloads++;
+	LOG_CONN(LOG_INFO, LOG_REDIS, conn->label,
+		 "script %s was not in the server's cache: sent again with EVAL",
+		 redis_script_name(req->script));
+	req->script = NULL; /* once */
+	req->deadline = uv_now(conn->loop) + conn->opts.command_timeout_ms;
+	list_add_tail(&conn->pending, &req->node);
+	arm_deadline(conn);
+	return true;
+}
+
 static void reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct request *req = privdata;
 	struct redis_conn *conn = req->conn;
 	int status = 0;
 
-	list_remove(req);
+	list_del(&req->node);
 	if (!r) {
 		if (conn->ac == ac)
 			lost(conn, ac->errstr[0] ? ac->errstr : "connection closed");
 		status = req->timed_out		    ? -ETIMEDOUT
 			 : conn->state == ST_CLOSED ? -ECANCELED
 						    : -ECONNRESET;
+	} else if (req->script && retry_noscript(conn, req, r, reply_cb)) {
+		return;
 	}
 	if (req->cb)
 		req->cb(conn, status, r, req->data);
-	free(req);
-}
-
-static void handshake_cb(struct redis_conn *conn, int status, redisReply *reply, void *data)
-{
-	(void)data;
-}
-
-static void ping_cb(redisAsyncContext *ac, void *r, void *privdata)
-{
-	struct request *req = privdata;
-	struct redis_conn *conn = req->conn;
-	redisReply *reply = r;
-	bool ok = reply && reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "PONG") == 0;
-
-	reply_cb(ac, r, privdata);
-	if (!reply || conn->ac != ac || conn->state != ST_CONNECTING)
-		return;
-	if (!ok) {
-		char why[160];
-		snprintf(why, sizeof(why), "handshake refused: %s",
-			 reply->type == REDIS_REPLY_ERROR ? reply->str
-							  : "unexpected reply to PING");
-		log_error(LOG_REDIS, "%s", why);
-		drop(conn, why);
-		return;
-	}
-	conn->state = ST_UP;
-	conn->was_up = true;
-	conn->stats.connects++;
-	uv_timer_stop(&conn->retry_timer);
-	backoff_reset(&conn->backoff);
-	log_info(LOG_REDIS, "connected to %s", conn->path[0] ? conn->path : conn->host);
-	if (conn->opts.state_cb)
-		conn->opts.state_cb(conn, true, conn->opts.data);
+	request_free(req);
 }
 
 static struct request *request_new(struct redis_conn *conn, redis_reply_cb cb, void *data)
@@ -231,23 +233,21 @@ static struct request *request_new(struct redis_conn *conn, redis_reply_cb cb, v
 
 static void request_link(struct redis_conn *conn, struct request *req)
 {
-	req->prev = conn->pending.prev;
-	req->next = &conn->pending;
-	conn->pending.prev->next = req;
-	conn->pending.prev = req;
+	list_add_tail(&conn->pending, &req->node);
 	arm_deadline(conn);
 }
 
-/* Queues an internal command of the handshake; fails the connect on error. */
-static int send_internal(struct redis_conn *conn, redisCallbackFn *fn, int argc, const char **argv)
+int conn_send_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int argc,
+		   const char **argv, const size_t *argvlen)
 {
-	struct request *req = request_new(conn, handshake_cb, NULL);
-
+	if (!conn->ac)
+		return -ENOTCONN;
+	struct request *req = request_new(conn, cb, data);
 	if (!req)
 		return -ENOMEM;
-	if (redisAsyncCommandArgv(conn->ac, fn, req, argc, argv, NULL) != REDIS_OK) {
-		free(req);
-		return -EIO;
+	if (redisAsyncCommandArgv(conn->ac, reply_cb, req, argc, argv, argvlen) != REDIS_OK) {
+		request_free(req);
+		return -ENOMEM;
 	}
 	request_link(conn, req);
 	return 0;
@@ -274,66 +274,86 @@ static void connect_deadline_cb(uv_timer_t *t)
 	struct redis_conn *conn = t->data;
 
 	if (conn->state == ST_CONNECTING)
-		drop(conn, "connect timed out");
+		conn_drop(conn, "connect timed out");
 }
 
-static int open_context(struct redis_conn *conn)
+static void start_connect(struct redis_conn *conn)
 {
-	redisAsyncContext *ac = conn->path[0] ? redisAsyncConnectUnix(conn->path)
-					      : redisAsyncConnect(conn->host, conn->port);
-	if (!ac)
-		return -ENOMEM;
-	if (ac->err) {
-		log_debug(LOG_REDIS, "connect: %s", ac->errstr);
-		redisAsyncFree(ac);
-		return -ECONNREFUSED;
-	}
-	if (redis_uv_attach(ac, conn->loop) < 0) {
-		redisAsyncFree(ac);
-		return -ENOMEM;
+	redisAsyncContext *ac;
+
+	if (conn->state == ST_CLOSED)
+		return;
+	if (redis_uv_connect(conn->loop, conn->host, conn->port, conn->path, conn->label, &ac) <
+	    0) {
+		conn->stats.failed_connects++;
+		schedule_reconnect(conn);
+		return;
 	}
 	ac->data = conn;
 	redisAsyncSetConnectCallback(ac, connect_cb);
 	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
 	conn->ac = ac;
-	return 0;
-}
-
-static void start_connect(struct redis_conn *conn)
-{
-	const char *auth[] = { "AUTH", conn->password };
-	const char *ping[] = { "PING" };
-
-	if (conn->state == ST_CLOSED)
-		return;
-	if (open_context(conn) < 0) {
-		conn->stats.failed_connects++;
-		schedule_reconnect(conn);
-		return;
-	}
 	conn->state = ST_CONNECTING;
 	uv_timer_start(&conn->retry_timer, connect_deadline_cb, conn->opts.connect_timeout_ms, 0);
-	int rc = conn->password[0] ? send_internal(conn, reply_cb, 2, auth) : 0;
-	if (rc == 0)
-		rc = send_internal(conn, ping_cb, 1, ping);
-	if (rc < 0)
-		drop(conn, "could not queue the handshake");
+	handshake_begin(conn);
 }
 
 static void deadline_cb(uv_timer_t *t)
 {
 	struct redis_conn *conn = t->data;
-	struct request *head = conn->pending.next;
+	struct list_node *first = list_first(&conn->pending);
 
-	if (head == &conn->pending)
+	if (!first)
 		return;
+	struct request *head = list_entry(first, struct request, node);
 	if (head->deadline > uv_now(conn->loop)) {
 		arm_deadline(conn);
 		return;
 	}
 	head->timed_out = true;
 	conn->stats.timeouts++;
-	drop(conn, "command timed out");
+	conn_drop(conn, "command timed out");
+}
+
+/* Copies the option strings and checks the name (a client name is printable, no space). */
+static int copy_options(struct redis_conn *conn, const struct redis_conn_options *opts)
+{
+	conn->opts = *opts;
+	conn->url = strdup(opts->url);
+	conn->name = opts->name ? strdup(opts->name) : NULL;
+	conn->gen_key = opts->generation_key ? strdup(opts->generation_key) : NULL;
+	if (!conn->url || (opts->name && !conn->name) || (opts->generation_key && !conn->gen_key))
+		return -ENOMEM;
+	conn->opts.url = conn->url;
+	conn->opts.name = conn->name;
+	conn->opts.generation_key = conn->gen_key;
+	if (conn->name && (conn->name[0] == '\0' || strlen(conn->name) > 64))
+		return -EINVAL;
+	for (const char *p = conn->name; p && *p; p++) {
+		if (*p <= ' ' || *p > '~')
+			return -EINVAL;
+	}
+	if (conn->name)
+		snprintf(conn->label, sizeof(conn->label), "redis[%s]", conn->name);
+	else
+		snprintf(conn->label, sizeof(conn->label), "redis");
+	return 0;
+}
+
+static void conn_free(struct redis_conn *conn)
+{
+	struct list_node *n, *tmp;
+
+	list_for_each_safe (n, tmp, &conn->hooks) {
+		struct hook *h = list_entry(n, struct hook, node);
+		free(h->name);
+		free(h);
+	}
+	free(conn->generation);
+	free(conn->url);
+	free(conn->name);
+	free(conn->gen_key);
+	free(conn);
 }
 
 int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struct redis_conn **out)
@@ -345,34 +365,55 @@ int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struc
 	conn = calloc(1, sizeof(*conn));
 	if (!conn)
 		return -ENOMEM;
-	if (redis_url_parse(opts->url, conn->host, sizeof(conn->host), &conn->port, conn->path,
-			    sizeof(conn->path), conn->password, sizeof(conn->password)) < 0) {
-		free(conn);
-		return -EINVAL;
-	}
-	conn->url = strdup(opts->url);
-	if (!conn->url) {
-		free(conn);
-		return -ENOMEM;
+	list_init(&conn->pending);
+	list_init(&conn->hooks);
+	int rc = copy_options(conn, opts);
+	if (rc == 0 &&
+	    redis_url_parse(opts->url, conn->host, sizeof(conn->host), &conn->port, conn->path,
+			    sizeof(conn->path), conn->password, sizeof(conn->password)) < 0)
+		rc = -EINVAL;
+	if (rc < 0) {
+		conn_free(conn);
+		return rc;
 	}
 	conn->loop = loop;
-	conn->opts = *opts;
-	conn->opts.url = conn->url;
-	conn->pending.prev = conn->pending.next = &conn->pending;
 	conn->rng = backoff_seed(uv_hrtime(), conn);
 	backoff_init(&conn->backoff, opts->reconnect_min_ms, opts->reconnect_max_ms);
 	uv_timer_init(loop, &conn->retry_timer);
 	uv_timer_init(loop, &conn->deadline_timer);
 	conn->retry_timer.data = conn->deadline_timer.data = conn;
 	conn->open_handles = 2;
-	start_connect(conn);
 	*out = conn;
 	return 0;
 }
 
-/* Whether a command name (len bytes) is one whose callback hiredis calls more than once
- * (subscriptions, MONITOR): this layer frees its request at the first reply. */
-static bool streaming(const char *name, size_t len)
+int redis_conn_add_hook(struct redis_conn *conn, const char *name, redis_hook_cb cb, void *data)
+{
+	if (conn->state != ST_NEW)
+		return -EBUSY;
+	struct hook *h = calloc(1, sizeof(*h));
+	if (!h || !(h->name = strdup(name ? name : "hook"))) {
+		free(h);
+		return -ENOMEM;
+	}
+	h->cb = cb;
+	h->data = data;
+	list_add_tail(&conn->hooks, &h->node);
+	return 0;
+}
+
+int redis_conn_start(struct redis_conn *conn)
+{
+	if (conn->state != ST_NEW)
+		return -EBUSY;
+	if (conn->opts.scripts)
+		redis_scripts_freeze(conn->opts.scripts);
+	conn->state = ST_DOWN;
+	start_connect(conn);
+	return 0;
+}
+
+bool conn_streaming(const char *name, size_t len)
 {
 	static const char *const names[] = { "subscribe", "psubscribe", "ssubscribe", "monitor" };
 
@@ -383,24 +424,33 @@ static bool streaming(const char *name, size_t len)
 	return false;
 }
 
-int redis_conn_command_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int argc,
-			    const char **argv, const size_t *argvlen)
+/* Whether the owner may send now: 0, -ESHUTDOWN or -ENOTCONN (counted). */
+static int sendable(struct redis_conn *conn)
 {
-	if (argc < 1 || streaming(argv[0], argvlen ? argvlen[0] : strlen(argv[0])))
-		return -EINVAL;
 	if (conn->state == ST_CLOSED)
 		return -ESHUTDOWN;
-	if (conn->state != ST_UP) {
+	if (conn->state != ST_UP || !conn->ac) {
 		conn->stats.refused++;
 		return -ENOTCONN;
 	}
-	struct request *req = request_new(conn, cb, data);
-	if (!req)
+	return 0;
+}
+
+int redis_conn_command_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int argc,
+			    const char **argv, const size_t *argvlen)
+{
+	if (argc < 1 || conn_streaming(argv[0], argvlen ? argvlen[0] : strlen(argv[0])))
+		return -EINVAL;
+	int rc = sendable(conn);
+	return rc < 0 ? rc : conn_send_argv(conn, cb, data, argc, argv, argvlen);
+}
+
+/* Queues an already formatted command (ownership of cmd stays with the caller unless the
+ * request keeps it, see redis_conn_evalsha). */
+static int send_formatted(struct redis_conn *conn, struct request *req, const char *cmd, size_t len)
+{
+	if (redisAsyncFormattedCommand(conn->ac, reply_cb, req, cmd, len) != REDIS_OK)
 		return -ENOMEM;
-	if (redisAsyncCommandArgv(conn->ac, reply_cb, req, argc, argv, argvlen) != REDIS_OK) {
-		free(req);
-		return -ENOMEM;
-	}
 	request_link(conn, req);
 	return 0;
 }
@@ -411,37 +461,106 @@ int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, c
 	char *cmd = NULL;
 	size_t skip = strspn(fmt, " ");
 
-	if (streaming(fmt + skip, strcspn(fmt + skip, " ")))
+	if (conn_streaming(fmt + skip, strcspn(fmt + skip, " ")))
 		return -EINVAL;
+	int rc = sendable(conn);
+	if (rc < 0)
+		return rc;
 	va_start(ap, fmt);
 	int len = redisvFormatCommand(&cmd, fmt, ap);
 	va_end(ap);
 	if (len < 0)
 		return -EINVAL;
-	int rc;
-	if (conn->state == ST_CLOSED) {
-		rc = -ESHUTDOWN;
-	} else if (conn->state != ST_UP) {
-		conn->stats.refused++;
-		rc = -ENOTCONN;
-	} else {
-		struct request *req = request_new(conn, cb, data);
-		rc = req ? 0 : -ENOMEM;
-		if (req && redisAsyncFormattedCommand(conn->ac, reply_cb, req, cmd, (size_t)len) !=
-				   REDIS_OK) {
-			free(req);
-			rc = -ENOMEM;
-		} else if (req) {
-			request_link(conn, req);
-		}
-	}
+	struct request *req = request_new(conn, cb, data);
+	rc = req ? send_formatted(conn, req, cmd, (size_t)len) : -ENOMEM;
+	if (rc < 0)
+		free(req);
 	redisFreeCommand(cmd);
 	return rc;
+}
+
+/* Formats EVALSHA sha numkeys argv... into *cmd. Returns its length or a negative code. */
+static int format_evalsha(const struct redis_script *script, int argc, const char **argv,
+			  const size_t *argvlen, char **cmd)
+{
+	enum { SMALL = 32 };
+	const char *sv[SMALL + 3];
+	size_t sl[SMALL + 3];
+	const char **v = sv;
+	size_t *l = sl;
+	char numkeys[16];
+
+	if (argc > SMALL) {
+		v = malloc((size_t)(argc + 3) * sizeof(*v));
+		l = malloc((size_t)(argc + 3) * sizeof(*l));
+	}
+	int len = -ENOMEM;
+	if (v && l) {
+		snprintf(numkeys, sizeof(numkeys), "%d", redis_script_numkeys(script));
+		v[0] = "EVALSHA";
+		v[1] = redis_script_sha(script);
+		v[2] = numkeys;
+		for (int i = 0; i < argc + 3; i++) {
+			if (i >= 3)
+				v[i] = argv[i - 3];
+			l[i] = i >= 3 && argvlen ? argvlen[i - 3] : strlen(v[i]);
+		}
+		len = redisFormatCommandArgv(cmd, argc + 3, v, l);
+		len = len < 0 ? -ENOMEM : len;
+	}
+	if (v != sv)
+		free(v);
+	if (l != sl)
+		free(l);
+	return len;
+}
+
+int redis_conn_evalsha(struct redis_conn *conn, const struct redis_script *script,
+		       redis_reply_cb cb, void *data, int argc, const char **argv,
+		       const size_t *argvlen)
+{
+	char *cmd = NULL;
+
+	if (!script || redis_script_registry(script) != conn->opts.scripts || argc < 0 ||
+	    (argc > 0 && !argv) || !redis_script_fits(script, argc))
+		return -EINVAL;
+	int rc = sendable(conn);
+	if (rc < 0)
+		return rc;
+	int len = format_evalsha(script, argc, argv, argvlen, &cmd);
+	if (len < 0)
+		return len;
+	struct request *req = request_new(conn, cb, data);
+	rc = req ? send_formatted(conn, req, cmd, (size_t)len) : -ENOMEM;
+	if (rc < 0) {
+		free(req);
+		redisFreeCommand(cmd);
+		return rc;
+	}
+	req->script = script;
+	req->cmd = cmd;
+	req->cmdlen = (size_t)len;
+	return 0;
 }
 
 bool redis_conn_is_up(const struct redis_conn *conn)
 {
 	return conn->state == ST_UP;
+}
+
+const char *redis_conn_label(const struct redis_conn *conn)
+{
+	return conn->label;
+}
+
+const char *redis_conn_run_id(const struct redis_conn *conn)
+{
+	return conn->up_run_id;
+}
+
+const char *redis_conn_server_version(const struct redis_conn *conn)
+{
+	return conn->up_version;
 }
 
 void redis_conn_get_stats(const struct redis_conn *conn, struct redis_conn_stats *out)
@@ -457,8 +576,7 @@ static void handle_closed_cb(uv_handle_t *h)
 		return;
 	if (conn->closed_cb)
 		conn->closed_cb(conn->closed_data);
-	free(conn->url);
-	free(conn);
+	conn_free(conn);
 }
 
 void redis_conn_close(struct redis_conn *conn, void (*closed_cb)(void *data), void *data)
@@ -467,6 +585,7 @@ void redis_conn_close(struct redis_conn *conn, void (*closed_cb)(void *data), vo
 
 	conn->state = ST_CLOSED;
 	conn->ac = NULL;
+	conn->hook_run = 0;
 	conn->closed_cb = closed_cb;
 	conn->closed_data = data;
 	if (ac)

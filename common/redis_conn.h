@@ -1,17 +1,38 @@
-/* A Redis connection on a libuv loop that reconnects by itself.
+/* A Redis command connection on a libuv loop that reconnects by itself.
  *
- * Wraps one hiredis async context (through redis_uv.c). The connection performs a handshake
- * (AUTH when the URL has a password, then PING) before it reports itself up. While it is down,
- * commands are refused at once with -ENOTCONN; when it goes down, every command sent and not yet
- * answered completes with -ECONNRESET (the command may or may not have run), and the one whose
- * deadline passed with -ETIMEDOUT. Reconnects follow a capped, jittered backoff.
+ * Wraps one hiredis async context (through redis_uv.c). Created with redis_conn_new(), it
+ * connects when redis_conn_start() is called. Each connection performs a handshake before it
+ * reports itself up, in this order:
+ *   1. AUTH (when the URL has a password), PING, CLIENT SETNAME (with a name), INFO server
+ *      (the server's run_id), pipelined;
+ *   2. the owner's on-connect hooks, one after the other (redis_conn_add_hook(); the built-in
+ *      redis_hook_noeviction() checks maxmemory-policy); a hook may refuse the server;
+ *   3. SCRIPT LOAD of every script of the registry (redis_script.h) and GET of the generation
+ *      key, pipelined.
+ * The whole handshake has the connect deadline. A refused or failed handshake drops the
+ * connection and retries after the backoff (an operator may fix the server meanwhile).
  *
- * Async contract: if redis_conn_command*() returns an error the callback is never called;
- * otherwise it is called exactly once: with the reply, with a transport error, or with
- * -ECANCELED when the connection is closed by its owner.
+ * The lost-data guard. Every up event carries the server's run_id and whether it differs from
+ * the previous up connection's (a restart, or a failover to a replica that may lag), and the
+ * value of the generation key (redis_conn_options.generation_key), which the owner writes when
+ * it builds its state and checks in every script (REDIS_SCRIPT_GUARDED): together they see a
+ * restart, a failover and a FLUSHALL of a live server.
+ *
+ * Commands are pipelined. While the connection is down, they are refused at once with
+ * -ENOTCONN; when it goes down, every command sent and not yet answered completes with
+ * -ECONNRESET (the command may or may not have run), and the one whose deadline passed with
+ * -ETIMEDOUT. Reconnects follow a capped, jittered backoff. Every log line names the connection
+ * ("conn":"redis[<name>]").
+ *
+ * Async contract: if redis_conn_command*(), redis_conn_evalsha() or redis_conn_hook_command_argv()
+ * returns an error the callback is never called; otherwise it is called exactly once: with the
+ * reply, with a transport error, or with -ECANCELED when the connection is closed by its owner.
+ * Callbacks may send commands and may close the connection.
  */
 #ifndef DSP_REDIS_CONN_H
 #define DSP_REDIS_CONN_H
+
+#include "redis_script.h"
 
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
@@ -25,35 +46,97 @@ struct redis_conn;
  * REDIS_REPLY_ERROR, which is the command's own answer), or a negative code with reply NULL. */
 typedef void (*redis_reply_cb)(struct redis_conn *conn, int status, redisReply *reply, void *data);
 
-/* Called on each transition: up after a successful handshake, down when an up connection is
- * lost or a connect attempt fails while it was up before. */
-typedef void (*redis_state_cb)(struct redis_conn *conn, bool up, void *data);
+enum redis_conn_event_type {
+	REDIS_CONN_UP,	    /* handshake done: hooks passed, scripts loaded, generation read */
+	REDIS_CONN_DOWN,    /* an up connection was lost */
+	REDIS_CONN_REFUSED, /* a hook (or a script load) refused the server; retried later */
+};
+
+/* What the owner is told. Every pointer is borrowed: valid only during the callback. */
+struct redis_conn_event {
+	enum redis_conn_event_type type;
+	const char *run_id;	/* UP: the server's run_id (INFO server); "" if not reported */
+	bool new_server;	/* UP: run_id differs from the previous up connection's (false on
+				 * the first up, and when either run_id is unknown) */
+	const char *generation; /* UP: value of the generation key; NULL when it is absent or no
+				 * key is configured */
+	size_t generation_len;	/* UP: its length (binary-safe) */
+	int status;		/* REFUSED: the hook's code (redis_hook_noeviction: DSP_ECONFIG) */
+	const char *message;	/* REFUSED: why, naming the setting and the fix */
+};
+
+/* Called on each transition (up; down only after an up) and on each refusal. May close conn. */
+typedef void (*redis_event_cb)(struct redis_conn *conn, const struct redis_conn_event *ev,
+			       void *data);
 
 struct redis_conn_options {
-	const char *url;	     /* redis://[:password@]host:port or unix:///path (copied) */
-	uint64_t connect_timeout_ms; /* deadline of one connect + handshake */
-	uint64_t command_timeout_ms; /* deadline of one command; past it the connection drops */
-	uint64_t reconnect_min_ms;   /* first reconnect delay */
-	uint64_t reconnect_max_ms;   /* cap on the reconnect delay */
-	redis_state_cb state_cb;     /* may be NULL */
-	void *data;		     /* passed to state_cb, borrowed */
+	const char *url;	       /* redis://[:password@]host:port or unix:///path (copied) */
+	const char *name;	       /* labels log lines "redis[<name>]" and is set as the client
+					* name (CLIENT SETNAME; printable ASCII, no space); NULL:
+					* "redis", no client name. Copied. */
+	uint64_t connect_timeout_ms;   /* deadline of one connect + handshake (hooks included) */
+	uint64_t command_timeout_ms;   /* deadline of one command; past it the connection drops */
+	uint64_t reconnect_min_ms;     /* first reconnect delay */
+	uint64_t reconnect_max_ms;     /* cap on the reconnect delay */
+	struct redis_scripts *scripts; /* loaded on every connect; borrowed, must outlive conn;
+					* frozen by redis_conn_start(). May be NULL. */
+	const char *generation_key;    /* read on every connect and reported on up; NULL: none.
+					* Copied. */
+	redis_event_cb event_cb;       /* may be NULL */
+	void *data;		       /* passed to event_cb, borrowed (hooks get their own) */
 };
 
 struct redis_conn_stats {
-	uint64_t connects;	  /* successful handshakes */
+	uint64_t connects;	  /* handshakes completed (ups) */
 	uint64_t disconnects;	  /* up -> down transitions */
 	uint64_t timeouts;	  /* commands past their deadline */
 	uint64_t refused;	  /* commands refused because the connection was down */
 	uint64_t failed_connects; /* connect attempts that failed (refused, reset, timed out) */
+	uint64_t refusals;	  /* handshakes a hook or a script load refused */
+	uint64_t new_servers;	  /* ups whose run_id differed from the previous up's */
+	uint64_t script_loads;	  /* SCRIPT LOADs answered during handshakes */
+	uint64_t script_reloads;  /* calls retried with EVAL after a NOSCRIPT answer */
 };
 
-/* Creates a connection and starts connecting. *out is owned by the caller until
- * redis_conn_close(). Returns 0, -EINVAL (bad URL or options) or -ENOMEM. */
+/* Creates a connection; it connects when redis_conn_start() is called. *out is owned by the
+ * caller until redis_conn_close(). Returns 0, -EINVAL (bad URL, name or options) or -ENOMEM. */
 int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struct redis_conn **out);
 
-/* Sends a command given as argv (copied by hiredis). Returns 0, -ENOTCONN while down,
- * -ESHUTDOWN after close, -ENOMEM, or -EINVAL for SUBSCRIBE, PSUBSCRIBE, SSUBSCRIBE and MONITOR,
- * whose replies keep coming (this layer answers each command exactly once). */
+/* One run of an on-connect hook: it may send commands with redis_conn_hook_command_argv(conn,
+ * run, ...) and must end with redis_conn_hook_done(conn, run, ...) exactly once (at once or from
+ * a reply callback, within the connect deadline). data is the hook's own (redis_conn_add_hook). */
+typedef void (*redis_hook_cb)(struct redis_conn *conn, uint64_t run, void *data);
+
+/* Adds a hook (name copied, for log lines) run on every connect after PING and before the
+ * scripts load, in the order added. Only before redis_conn_start(): returns -EBUSY afterwards,
+ * 0 or -ENOMEM otherwise. */
+int redis_conn_add_hook(struct redis_conn *conn, const char *name, redis_hook_cb cb, void *data);
+
+/* Starts connecting (and freezes the script registry). Returns 0, or -EBUSY if already
+ * started. */
+int redis_conn_start(struct redis_conn *conn);
+
+/* Sends a command from inside a hook's run (the connection is not up yet). Same as
+ * redis_conn_command_argv() otherwise. Returns 0, -ESTALE when run is not the hook run in
+ * progress (the connection was lost meanwhile), -EINVAL, -ENOMEM. */
+int redis_conn_hook_command_argv(struct redis_conn *conn, uint64_t run, redis_reply_cb cb,
+				 void *data, int argc, const char **argv, const size_t *argvlen);
+
+/* Ends a hook's run: status 0 lets the handshake go on; a negative code refuses the server with
+ * message (copied; it should name the setting and the fix): logged at error, reported as
+ * REDIS_CONN_REFUSED, connection dropped and retried after the backoff. Ignored when run is not
+ * the hook run in progress. */
+void redis_conn_hook_done(struct redis_conn *conn, uint64_t run, int status, const char *message);
+
+/* The built-in hook: refuses (DSP_ECONFIG) a server whose maxmemory-policy (read from INFO
+ * memory, which works where CONFIG is renamed) is not noeviction: an evicted key would lose
+ * data silently. data is unused. */
+void redis_hook_noeviction(struct redis_conn *conn, uint64_t run, void *data);
+
+/* Sends a command given as argv (copied by hiredis; binary-safe with argvlen, which may be NULL
+ * for NUL-terminated strings). cb may be NULL when the answer is not wanted. Returns 0,
+ * -ENOTCONN while down, -ESHUTDOWN after close, -ENOMEM, or -EINVAL for SUBSCRIBE, PSUBSCRIBE,
+ * SSUBSCRIBE and MONITOR, whose replies keep coming (see redis_sub.h). */
 int redis_conn_command_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int argc,
 			    const char **argv, const size_t *argvlen);
 
@@ -61,15 +144,32 @@ int redis_conn_command_argv(struct redis_conn *conn, redis_reply_cb cb, void *da
 int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, const char *fmt,
 		       ...);
 
+/* Runs script (a handle of this connection's registry) with EVALSHA: argv holds its keys then
+ * its arguments (copied; argvlen may be NULL), checked against the script's header. A NOSCRIPT
+ * answer (the server lost its script cache) is retried once with EVAL before cb sees anything
+ * (counted in script_reloads). Returns 0, -EINVAL (script not in this connection's registry, or
+ * argc does not fit its header), -ENOTCONN, -ESHUTDOWN, -ENOMEM. */
+int redis_conn_evalsha(struct redis_conn *conn, const struct redis_script *script,
+		       redis_reply_cb cb, void *data, int argc, const char **argv,
+		       const size_t *argvlen);
+
 /* Whether the handshake has completed and the connection is usable now. */
 bool redis_conn_is_up(const struct redis_conn *conn);
+
+/* The label of log lines, "redis[<name>]" (borrowed, lives as long as conn). */
+const char *redis_conn_label(const struct redis_conn *conn);
+
+/* The run_id and version (INFO server) of the server of the last up connection; "" before the
+ * first. Borrowed; valid until the next event. */
+const char *redis_conn_run_id(const struct redis_conn *conn);
+const char *redis_conn_server_version(const struct redis_conn *conn);
 
 /* Counters since creation. */
 void redis_conn_get_stats(const struct redis_conn *conn, struct redis_conn_stats *out);
 
 /* Stops reconnecting, completes every pending command with -ECANCELED, and frees conn once its
  * libuv handles are closed (then calls closed_cb, which may be NULL). conn must not be used
- * after this call. */
+ * after this call. Safe from any callback of conn. */
 void redis_conn_close(struct redis_conn *conn, void (*closed_cb)(void *data), void *data);
 
 /* Parses a REDIS_URL into host/port or a socket path. Returns 0 or -EINVAL. Exposed for tests

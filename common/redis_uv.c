@@ -9,6 +9,7 @@ struct adapter {
 	uv_poll_t poll;	       /* watches the context's fd; closed by cleanup */
 	redisAsyncContext *ac; /* NULL once hiredis has cleaned up */
 	int events;	       /* UV_READABLE / UV_WRITABLE currently wanted */
+	const char *label;     /* the owner's connection label, borrowed */
 };
 
 static void poll_cb(uv_poll_t *handle, int status, int events)
@@ -26,7 +27,8 @@ static void poll_cb(uv_poll_t *handle, int status, int events)
 	if (status < 0 && a->ac) {
 		/* hiredis did not see the error: stop polling rather than spin; the owner's command
 		 * or connect deadline will drop the connection. */
-		log_warn(LOG_REDIS, "poll error %s not seen by hiredis", uv_strerror(status));
+		LOG_CONN(LOG_WARN, LOG_REDIS, a->label, "poll error %s not seen by hiredis",
+			 uv_strerror(status));
 		uv_poll_stop(&a->poll);
 		a->events = 0;
 	}
@@ -83,7 +85,7 @@ static void cleanup(void *privdata)
 	uv_close((uv_handle_t *)&a->poll, close_cb);
 }
 
-int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop)
+int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop, const char *label)
 {
 	if (ac->ev.data)
 		return -EEXIST;
@@ -96,6 +98,7 @@ int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop)
 		return rc;
 	}
 	a->ac = ac;
+	a->label = label;
 	a->poll.data = a;
 	ac->ev.addRead = add_read;
 	ac->ev.delRead = del_read;
@@ -103,5 +106,26 @@ int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop)
 	ac->ev.delWrite = del_write;
 	ac->ev.cleanup = cleanup;
 	ac->ev.data = a;
+	return 0;
+}
+
+int redis_uv_connect(uv_loop_t *loop, const char *host, int port, const char *path,
+		     const char *label, redisAsyncContext **out)
+{
+	redisAsyncContext *ac =
+		path[0] ? redisAsyncConnectUnix(path) : redisAsyncConnect(host, port);
+
+	if (!ac)
+		return -ENOMEM;
+	if (ac->err) {
+		LOG_CONN(LOG_DEBUG, LOG_REDIS, label, "connect: %s", ac->errstr);
+		redisAsyncFree(ac);
+		return -ECONNREFUSED;
+	}
+	if (redis_uv_attach(ac, loop, label) < 0) {
+		redisAsyncFree(ac);
+		return -ENOMEM;
+	}
+	*out = ac;
 	return 0;
 }

@@ -12,9 +12,18 @@
 #include <uv.h>
 
 /* Attaches ac (borrowed; hiredis owns it) to loop: installs addRead/delRead/addWrite/delWrite/
- * cleanup. The adapter's handle is released by hiredis' cleanup hook (when the context is freed)
- * through uv_close, never synchronously. Returns 0, -EEXIST if ac already has an adapter,
- * -ENOMEM, or a libuv error. */
-int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop);
+ * cleanup. label (borrowed, must outlive the context) names the connection in the adapter's log
+ * lines ("redis[gate]"). The adapter's handle is released by hiredis' cleanup hook (when the
+ * context is freed) through uv_close, never synchronously. Returns 0, -EEXIST if ac already has
+ * an adapter, -ENOMEM, or a libuv error. */
+int redis_uv_attach(redisAsyncContext *ac, uv_loop_t *loop, const char *label);
+
+/* Starts a non-blocking connect to the unix socket path when path is not empty, else to
+ * host:port, and attaches the new context to loop (label as above). On success *out is owned by
+ * hiredis (freed by redisAsyncFree() or by hiredis when the connection fails) and the caller sets
+ * its callbacks. Returns 0, -ECONNREFUSED when the connect failed at once (logged at debug), or
+ * -ENOMEM. */
+int redis_uv_connect(uv_loop_t *loop, const char *host, int port, const char *path,
+		     const char *label, redisAsyncContext **out);
 
 #endif

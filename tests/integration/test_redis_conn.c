@@ -1,5 +1,7 @@
-/* The Redis layer against a real server: commands, error replies, deadlines (CLIENT PAUSE), and
- * recovery from a server restart without the caller doing anything. */
+/* The Redis layer against a real server: commands, error replies, deadlines (CLIENT PAUSE),
+ * recovery from a server restart without the caller doing anything (reported as a new run_id),
+ * on-connect hooks (the maxmemory-policy check) and the generation key. */
+#include "error.h"
 #include "fixture.h"
 #include "redis_conn.h"
 
@@ -15,7 +17,12 @@
 #include <cmocka.h>
 
 struct probe {
-	int ups, downs;
+	int ups, downs, refusals;
+	bool new_server;     /* of the last up */
+	char run_id[41];     /* of the last up */
+	char generation[64]; /* of the last up; "(nil)" when absent */
+	int refusal_status;  /* of the last refusal */
+	char refusal[512];   /* its message */
 	int calls;
 	int status;
 	int type; /* reply type of the last reply */
@@ -25,13 +32,30 @@ struct probe {
 
 static struct embedded svc;
 
-static void state_cb(struct redis_conn *conn, bool up, void *data)
+static void event_cb(struct redis_conn *conn, const struct redis_conn_event *ev, void *data)
 {
 	struct probe *p = data;
-	if (up)
+
+	switch (ev->type) {
+	case REDIS_CONN_UP:
 		p->ups++;
-	else
+		p->new_server = ev->new_server;
+		snprintf(p->run_id, sizeof(p->run_id), "%s", ev->run_id);
+		if (ev->generation)
+			snprintf(p->generation, sizeof(p->generation), "%.*s",
+				 (int)ev->generation_len, ev->generation);
+		else
+			snprintf(p->generation, sizeof(p->generation), "(nil)");
+		break;
+	case REDIS_CONN_DOWN:
 		p->downs++;
+		break;
+	case REDIS_CONN_REFUSED:
+		p->refusals++;
+		p->refusal_status = ev->status;
+		snprintf(p->refusal, sizeof(p->refusal), "%s", ev->message);
+		break;
+	}
 }
 
 static void reply_cb(struct redis_conn *conn, int status, redisReply *r, void *data)
@@ -64,12 +88,13 @@ static struct redis_conn *open_conn_at(uv_loop_t *loop, const char *url, struct 
 		.command_timeout_ms = command_ms,
 		.reconnect_min_ms = 10,
 		.reconnect_max_ms = 200,
-		.state_cb = state_cb,
+		.event_cb = event_cb,
 		.data = p,
 	};
 	struct redis_conn *c;
 
 	assert_int_equal(redis_conn_new(loop, &o, &c), 0);
+	assert_int_equal(redis_conn_start(c), 0);
 	return c;
 }
 
@@ -171,8 +196,9 @@ static void pause_hits_deadline_then_recovers(void **state)
 	fixture_run_until(&loop, is_up, admin, 60000);
 	fixture_run_until(&loop, is_up, c, 60000);
 
-	/* CLIENT PAUSE stalls every other client's commands past the 200 ms deadline. */
-	assert_int_equal(command(&loop, admin, &admin_p, "CLIENT", "PAUSE", "1500", "ALL", NULL),
+	/* CLIENT PAUSE stalls every client's commands for 3 s, past the 1 s deadline of the GET
+	 * sent after it (by 2 s: a slow turn of the loop cannot get it answered in time). */
+	assert_int_equal(command(&loop, admin, &admin_p, "CLIENT", "PAUSE", "3000", "ALL", NULL),
 			 0);
 	assert_int_equal(command(&loop, c, &p, "GET", "x", NULL), -ETIMEDOUT);
 	assert_int_equal(p.downs, 1);
@@ -199,6 +225,10 @@ static void server_restart_recovers(void **state)
 	uv_loop_init(&loop);
 	struct redis_conn *c = open_conn(&loop, svc.redis_url, &p, 60000);
 	fixture_run_until(&loop, is_up, c, 60000);
+	char first_run_id[41];
+	assert_int_equal(strlen(p.run_id), 40);
+	assert_false(p.new_server); /* nothing to compare with yet */
+	snprintf(first_run_id, sizeof(first_run_id), "%s", p.run_id);
 
 	/* A command in flight when the server goes away completes once, with -ECONNRESET. */
 	assert_int_equal(redis_conn_command(c, reply_cb, &blocked, "BLPOP nothing 30"), 0);
@@ -218,6 +248,15 @@ static void server_restart_recovers(void **state)
 	assert_int_equal(command(&loop, c, &p, "PING", NULL), 0);
 	assert_string_equal(p.str, "PONG");
 	assert_int_equal(blocked.calls, 1);
+
+	/* The restarted server is another one (it lost everything): a new run_id, reported. */
+	struct redis_conn_stats st;
+	redis_conn_get_stats(c, &st);
+	assert_true(p.new_server);
+	assert_int_equal(strlen(p.run_id), 40);
+	assert_string_not_equal(p.run_id, first_run_id);
+	assert_string_equal(redis_conn_run_id(c), p.run_id);
+	assert_int_equal(st.new_servers, 1);
 
 	redis_conn_close(c, NULL, NULL);
 	fixture_loop_close(&loop);
@@ -338,6 +377,220 @@ static void reset_by_peer_is_seen(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* A connection that is created, not started, with a name and a generation key. */
+static struct redis_conn *new_conn(uv_loop_t *loop, struct probe *p, const char *name,
+				   const char *gen_key)
+{
+	struct redis_conn_options o = {
+		.url = svc.redis_url,
+		.name = name,
+		.connect_timeout_ms = 5000,
+		.command_timeout_ms = 5000,
+		.reconnect_min_ms = 10,
+		.reconnect_max_ms = 100,
+		.generation_key = gen_key,
+		.event_cb = event_cb,
+		.data = p,
+	};
+	struct redis_conn *c;
+
+	assert_int_equal(redis_conn_new(loop, &o, &c), 0);
+	return c;
+}
+
+static void hook_never_cb(struct redis_conn *conn, uint64_t run, void *data)
+{
+	fail_msg("a hook added after start ran");
+}
+
+static void create_then_start(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 };
+	struct redis_conn *c;
+	struct redis_conn_options bad = { .url = svc.redis_url,
+					  .name = "has space",
+					  .connect_timeout_ms = 1,
+					  .command_timeout_ms = 1 };
+
+	uv_loop_init(&loop);
+	assert_int_equal(redis_conn_new(&loop, &bad, &c), -EINVAL);
+	c = new_conn(&loop, &p, "gate", NULL);
+	assert_string_equal(redis_conn_label(c), "redis[gate]");
+	uv_run(&loop, UV_RUN_NOWAIT);
+	assert_int_equal(redis_conn_command(c, reply_cb, &p, "PING"), -ENOTCONN); /* not started */
+	assert_int_equal(redis_conn_start(c), 0);
+	assert_int_equal(redis_conn_start(c), -EBUSY);
+	assert_int_equal(redis_conn_add_hook(c, "late", hook_never_cb, NULL), -EBUSY);
+	fixture_run_until(&loop, is_up, c, 60000);
+	/* The name is the client's name on the server too (CLIENT LIST, CLIENT KILL). */
+	assert_int_equal(command(&loop, c, &p, "CLIENT", "GETNAME", NULL), 0);
+	assert_string_equal(p.str, "gate");
+	assert_int_equal(strncmp(redis_conn_server_version(c), "7.", 2), 0);
+	redis_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
+/* The built-in hook refuses a server that may evict keys, says which setting to change, keeps
+ * retrying, and comes up by itself once an operator has fixed the setting. */
+static bool refused_twice(void *arg)
+{
+	return ((struct probe *)arg)->refusals >= 2;
+}
+
+static void maxmemory_policy_refused_until_fixed(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 };
+	struct probe admin_p = { 0 };
+	struct redis_conn_stats st;
+
+	uv_loop_init(&loop);
+	struct redis_conn *admin = open_conn(&loop, svc.redis_url, &admin_p, 5000);
+	fixture_run_until(&loop, is_up, admin, 60000);
+	assert_int_equal(command(&loop, admin, &admin_p, "CONFIG", "SET", "maxmemory-policy",
+				 "allkeys-lru", NULL),
+			 0);
+	assert_string_equal(admin_p.str, "OK");
+
+	struct redis_conn *c = new_conn(&loop, &p, "gate", NULL);
+	assert_int_equal(redis_conn_add_hook(c, "maxmemory-policy", redis_hook_noeviction, NULL),
+			 0);
+	assert_int_equal(redis_conn_start(c), 0);
+	fixture_run_until(&loop, refused_twice, &p, 60000);
+	assert_false(redis_conn_is_up(c));
+	assert_int_equal(p.ups, 0);
+	assert_int_equal(p.refusal_status, DSP_ECONFIG);
+	assert_non_null(strstr(p.refusal, "maxmemory-policy is allkeys-lru"));
+	assert_non_null(strstr(p.refusal, "CONFIG SET maxmemory-policy noeviction"));
+	assert_int_equal(redis_conn_command(c, reply_cb, &p, "PING"), -ENOTCONN);
+
+	assert_int_equal(command(&loop, admin, &admin_p, "CONFIG", "SET", "maxmemory-policy",
+				 "noeviction", NULL),
+			 0);
+	fixture_run_until(&loop, is_up, c, 60000);
+	redis_conn_get_stats(c, &st);
+	assert_int_equal(p.ups, 1);
+	assert_true(st.refusals >= 2);
+	assert_int_equal((int)st.refusals, p.refusals);
+	redis_conn_close(c, NULL, NULL);
+	redis_conn_close(admin, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
+/* Hooks: in order, after PING and before up, with commands of their own; a refusal is retried;
+ * a run that is over can neither send nor end anything. */
+struct hooks_probe {
+	struct redis_conn *conn;
+	char order[16];
+	int runs_c;
+	uint64_t first_run;
+	int owner_rc; /* what an owner's command got while a hook ran */
+};
+
+static void hook_a_reply_cb(struct redis_conn *conn, int status, redisReply *r, void *data)
+{
+	struct hooks_probe *h = data;
+	assert_int_equal(status, 0);
+	assert_string_equal(r->str, "OK");
+	strcat(h->order, "a");
+	redis_conn_hook_done(conn, h->first_run, 0, NULL);
+}
+
+static void hook_a_cb(struct redis_conn *conn, uint64_t run, void *data)
+{
+	struct hooks_probe *h = data;
+	const char *argv[] = { "SET", "hook:a", "1" };
+
+	h->first_run = run;
+	h->owner_rc = redis_conn_command(conn, reply_cb, NULL, "PING");
+	assert_int_equal(redis_conn_hook_command_argv(conn, run, hook_a_reply_cb, h, 3, argv, NULL),
+			 0);
+}
+
+static void hook_b_cb(struct redis_conn *conn, uint64_t run, void *data)
+{
+	struct hooks_probe *h = data;
+	strcat(h->order, "b");
+	redis_conn_hook_done(conn, run, 0, NULL);
+}
+
+/* Refuses the first server it sees, accepts the second try. */
+static void hook_c_cb(struct redis_conn *conn, uint64_t run, void *data)
+{
+	struct hooks_probe *h = data;
+	strcat(h->order, "c");
+	if (h->runs_c++ == 0)
+		redis_conn_hook_done(conn, run, -EPERM, "not this time: set nothing, just retry");
+	else
+		redis_conn_hook_done(conn, run, 0, NULL);
+}
+
+static void hooks_run_in_order_before_up(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 };
+	struct hooks_probe h = { 0 };
+	const char *argv[] = { "PING" };
+
+	uv_loop_init(&loop);
+	struct redis_conn *c = new_conn(&loop, &p, "hooks", NULL);
+	assert_int_equal(redis_conn_add_hook(c, "a", hook_a_cb, &h), 0);
+	assert_int_equal(redis_conn_add_hook(c, "b", hook_b_cb, &h), 0);
+	assert_int_equal(redis_conn_add_hook(c, "c", hook_c_cb, &h), 0);
+	assert_int_equal(redis_conn_start(c), 0);
+	fixture_run_until(&loop, is_up, c, 60000);
+	assert_string_equal(h.order, "abcabc"); /* refused once by c, then the whole list again */
+	assert_int_equal(p.refusals, 1);
+	assert_int_equal(p.refusal_status, -EPERM);
+	assert_string_equal(p.refusal, "hook c: not this time: set nothing, just retry");
+	assert_int_equal(p.ups, 1);
+	assert_int_equal(h.owner_rc, -ENOTCONN); /* the owner waits for up */
+	assert_int_equal(command(&loop, c, &p, "GET", "hook:a", NULL), 0);
+	assert_string_equal(p.str, "1");
+
+	/* A finished run is stale: no command, and its late verdict changes nothing. */
+	assert_int_equal(redis_conn_hook_command_argv(c, h.first_run, reply_cb, &p, 1, argv, NULL),
+			 -ESTALE);
+	redis_conn_hook_done(c, h.first_run, -EPERM, "late");
+	assert_true(redis_conn_is_up(c));
+	assert_int_equal(p.refusals, 1);
+	redis_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
+/* The generation key is read on every up: a FLUSHALL of a live server (same run_id) shows as
+ * a missing generation on the next connection, where the run_id alone says nothing. */
+static void generation_key_reported_on_every_up(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 };
+	struct probe admin_p = { 0 };
+
+	uv_loop_init(&loop);
+	struct redis_conn *admin = open_conn(&loop, svc.redis_url, &admin_p, 5000);
+	fixture_run_until(&loop, is_up, admin, 60000);
+	assert_int_equal(command(&loop, admin, &admin_p, "SET", "t:gen", "g7", NULL), 0);
+
+	struct redis_conn *c = new_conn(&loop, &p, "gen", "t:gen");
+	assert_int_equal(redis_conn_start(c), 0);
+	fixture_run_until(&loop, is_up, c, 60000);
+	assert_string_equal(p.generation, "g7");
+
+	assert_int_equal(command(&loop, admin, &admin_p, "FLUSHALL", NULL), 0);
+	assert_int_equal(command(&loop, c, &p, "CLIENT", "ID", NULL), 0);
+	char id[32];
+	snprintf(id, sizeof(id), "%lld", p.integer);
+	assert_int_equal(command(&loop, admin, &admin_p, "CLIENT", "KILL", "ID", id, NULL), 0);
+	assert_int_equal(admin_p.integer, 1);
+	fixture_run_until_count(&loop, &p.ups, 2, 60000);
+	assert_string_equal(p.generation, "(nil)");
+	assert_false(p.new_server); /* the same server: only the generation tells */
+	redis_conn_close(c, NULL, NULL);
+	redis_conn_close(admin, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
 static int setup(void **state)
 {
 	fixture_start(&svc, false, true, true, false);
@@ -354,12 +607,16 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(url_parsing),
+		cmocka_unit_test(create_then_start),
 		cmocka_unit_test(commands_and_errors),
 		cmocka_unit_test(pause_hits_deadline_then_recovers),
 		cmocka_unit_test(server_restart_recovers),
 		cmocka_unit_test(close_cancels_pending),
 		cmocka_unit_test(refused_connect_keeps_trying),
 		cmocka_unit_test(reset_by_peer_is_seen),
+		cmocka_unit_test(maxmemory_policy_refused_until_fixed),
+		cmocka_unit_test(hooks_run_in_order_before_up),
+		cmocka_unit_test(generation_key_reported_on_every_up),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
