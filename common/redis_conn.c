@@ -415,13 +415,39 @@ int redis_conn_start(struct redis_conn *conn)
 
 bool conn_streaming(const char *name, size_t len)
 {
-	static const char *const names[] = { "subscribe", "psubscribe", "ssubscribe", "monitor" };
+	/* hiredis 0.14.1 drops one leading 'p' before it compares with the first three, and keeps
+	 * a callback of those in its subscription table (or refuses UNSUBSCRIBE when the
+	 * connection is not subscribed); SSUBSCRIBE it does not know, and its messages would have
+	 * no callback at all. */
+	static const char *const names[] = { "subscribe", "unsubscribe", "monitor" };
 
+	if (len == 10 && strncasecmp(name, "ssubscribe", len) == 0)
+		return true;
+	if (len > 0 && (name[0] == 'p' || name[0] == 'P')) {
+		name++;
+		len--;
+	}
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		if (len == strlen(names[i]) && strncasecmp(name, names[i], len) == 0)
 			return true;
 	}
 	return false;
+}
+
+/* The name (first argument) of a formatted command "*N\r\n$L\r\nNAME\r\n...", or NULL. */
+static const char *formatted_name(const char *cmd, size_t cmdlen, size_t *len)
+{
+	const char *end = cmd + cmdlen;
+	const char *p = memchr(cmd, '\n', cmdlen);
+	char *q;
+
+	if (!p || ++p >= end || *p != '$')
+		return NULL;
+	unsigned long n = strtoul(p + 1, &q, 10);
+	if (q + 2 > end || q[0] != '\r' || q[1] != '\n' || n > (size_t)(end - (q + 2)))
+		return NULL;
+	*len = n;
+	return q + 2;
 }
 
 /* Whether the owner may send now: 0, -ESHUTDOWN or -ENOTCONN (counted). */
@@ -459,18 +485,20 @@ int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, c
 {
 	va_list ap;
 	char *cmd = NULL;
-	size_t skip = strspn(fmt, " ");
+	size_t namelen = 0;
 
-	if (conn_streaming(fmt + skip, strcspn(fmt + skip, " ")))
-		return -EINVAL;
-	int rc = sendable(conn);
-	if (rc < 0)
-		return rc;
 	va_start(ap, fmt);
 	int len = redisvFormatCommand(&cmd, fmt, ap);
 	va_end(ap);
 	if (len < 0)
 		return -EINVAL;
+	/* The name as sent, whatever the format looks like ("%s %s", "SUBSCRIBE", ...). */
+	const char *name = formatted_name(cmd, (size_t)len, &namelen);
+	int rc = !name || conn_streaming(name, namelen) ? -EINVAL : sendable(conn);
+	if (rc < 0) {
+		redisFreeCommand(cmd);
+		return rc;
+	}
 	struct request *req = request_new(conn, cb, data);
 	rc = req ? send_formatted(conn, req, cmd, (size_t)len) : -ENOMEM;
 	if (rc < 0)

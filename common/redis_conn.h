@@ -136,11 +136,13 @@ void redis_hook_noeviction(struct redis_conn *conn, uint64_t run, void *data);
 /* Sends a command given as argv (copied by hiredis; binary-safe with argvlen, which may be NULL
  * for NUL-terminated strings). cb may be NULL when the answer is not wanted. Returns 0,
  * -ENOTCONN while down, -ESHUTDOWN after close, -ENOMEM, or -EINVAL for SUBSCRIBE, PSUBSCRIBE,
- * SSUBSCRIBE and MONITOR, whose replies keep coming (see redis_sub.h). */
+ * SSUBSCRIBE and MONITOR, whose replies keep coming (see redis_sub.h), and for (P)UNSUBSCRIBE. */
 int redis_conn_command_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int argc,
 			    const char **argv, const size_t *argvlen);
 
-/* printf-style variant of redis_conn_command_argv (hiredis formatting: %s, %b, %d ...). */
+/* printf-style variant of redis_conn_command_argv (hiredis formatting: %s, %b, %d ...). The
+ * commands refused are recognised in the formatted command, so "%s", "SUBSCRIBE" is refused
+ * too; -EINVAL also when fmt formats no command. */
 int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, const char *fmt,
 		       ...);
 

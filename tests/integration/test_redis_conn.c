@@ -170,7 +170,17 @@ static void commands_and_errors(void **state)
 	assert_int_equal(redis_conn_command_argv(c, reply_cb, &p, 2, sub, NULL), -EINVAL);
 	assert_int_equal(redis_conn_command(c, reply_cb, &p, "PSUBSCRIBE %s", "c*"), -EINVAL);
 	assert_int_equal(redis_conn_command(c, reply_cb, &p, "MONITOR"), -EINVAL);
+	/* The name is the formatted command's, not the format's: hiredis would keep the callback
+	 * in its subscription table and call it again for each message (and at the disconnect)
+	 * after the request is freed. */
+	assert_int_equal(redis_conn_command(c, reply_cb, &p, "%s %s", "SUBSCRIBE", "ch"), -EINVAL);
+	assert_int_equal(redis_conn_command(c, reply_cb, &p, "%b ch", "psubscribe", (size_t)10),
+			 -EINVAL);
+	/* hiredis refuses UNSUBSCRIBE on a connection that is not subscribed: no -ENOMEM. */
+	const char *unsub[] = { "UNSUBSCRIBE" };
+	assert_int_equal(redis_conn_command_argv(c, reply_cb, &p, 1, unsub, NULL), -EINVAL);
 	assert_int_equal(command(&loop, c, &p, "PUBLISH", "ch", "x", NULL), 0); /* still fine */
+	assert_int_equal(p.integer, 0); /* and nobody on this connection listens */
 
 	int want = p.calls + 1000;
 	for (int i = 0; i < 1000; i++)
