@@ -177,7 +177,8 @@ static bool retry_noscript(struct redis_conn *conn, struct request *req, redisRe
 	size_t len = 0;
 	char *cmd;
 
-	if (!redis_reply_is_noscript(reply) || conn->state != ST_UP || !conn->ac)
+	/* Not while a MULTI of this connection is open: the EVAL would join that transaction. */
+	if (!redis_reply_is_noscript(reply) || conn->state != ST_UP || !conn->ac || conn->in_multi)
 		return false;
 	cmd = eval_command(req, &len);
 	if (!cmd)
@@ -237,6 +238,16 @@ static void request_link(struct redis_conn *conn, struct request *req)
 	arm_deadline(conn);
 }
 
+/* Follows MULTI ... EXEC/DISCARD on the connection from the names of the commands sent. */
+static void note_sent(struct redis_conn *conn, const char *name, size_t len)
+{
+	if (len == 5 && strncasecmp(name, "MULTI", len) == 0)
+		conn->in_multi = true;
+	else if ((len == 4 && strncasecmp(name, "EXEC", len) == 0) ||
+		 (len == 7 && strncasecmp(name, "DISCARD", len) == 0))
+		conn->in_multi = false;
+}
+
 int conn_send_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int argc,
 		   const char **argv, const size_t *argvlen)
 {
@@ -250,6 +261,7 @@ int conn_send_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int a
 		return -ENOMEM;
 	}
 	request_link(conn, req);
+	note_sent(conn, argv[0], argvlen ? argvlen[0] : strlen(argv[0]));
 	return 0;
 }
 
@@ -290,6 +302,7 @@ static void start_connect(struct redis_conn *conn)
 		return;
 	}
 	ac->data = conn;
+	conn->in_multi = false;
 	redisAsyncSetConnectCallback(ac, connect_cb);
 	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
 	conn->ac = ac;
@@ -503,12 +516,15 @@ int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, c
 	rc = req ? send_formatted(conn, req, cmd, (size_t)len) : -ENOMEM;
 	if (rc < 0)
 		free(req);
+	else
+		note_sent(conn, name, namelen);
 	redisFreeCommand(cmd);
 	return rc;
 }
 
-/* Formats EVALSHA sha numkeys argv... into *cmd. Returns its length or a negative code. */
-static int format_evalsha(const struct redis_script *script, int argc, const char **argv,
+/* Formats EVALSHA sha numkeys argv... (EVAL text numkeys argv... when eval) into *cmd. Returns
+ * its length or a negative code. */
+static int format_evalsha(const struct redis_script *script, bool eval, int argc, const char **argv,
 			  const size_t *argvlen, char **cmd)
 {
 	enum { SMALL = 32 };
@@ -525,13 +541,14 @@ static int format_evalsha(const struct redis_script *script, int argc, const cha
 	int len = -ENOMEM;
 	if (v && l) {
 		snprintf(numkeys, sizeof(numkeys), "%d", redis_script_numkeys(script));
-		v[0] = "EVALSHA";
-		v[1] = redis_script_sha(script);
+		v[0] = eval ? "EVAL" : "EVALSHA";
+		v[1] = eval ? redis_script_text(script, &l[1]) : redis_script_sha(script);
 		v[2] = numkeys;
 		for (int i = 0; i < argc + 3; i++) {
 			if (i >= 3)
 				v[i] = argv[i - 3];
-			l[i] = i >= 3 && argvlen ? argvlen[i - 3] : strlen(v[i]);
+			if (i != 1 || !eval)
+				l[i] = i >= 3 && argvlen ? argvlen[i - 3] : strlen(v[i]);
 		}
 		len = redisFormatCommandArgv(cmd, argc + 3, v, l);
 		len = len < 0 ? -ENOMEM : len;
@@ -555,7 +572,10 @@ int redis_conn_evalsha(struct redis_conn *conn, const struct redis_script *scrip
 	int rc = sendable(conn);
 	if (rc < 0)
 		return rc;
-	int len = format_evalsha(script, argc, argv, argvlen, &cmd);
+	/* Inside MULTI a NOSCRIPT would come in EXEC's answer, after the rest of the transaction
+	 * has run, and could not be retried: send the text. */
+	bool eval = conn->in_multi;
+	int len = format_evalsha(script, eval, argc, argv, argvlen, &cmd);
 	if (len < 0)
 		return len;
 	struct request *req = request_new(conn, cb, data);
@@ -564,6 +584,10 @@ int redis_conn_evalsha(struct redis_conn *conn, const struct redis_script *scrip
 		free(req);
 		redisFreeCommand(cmd);
 		return rc;
+	}
+	if (eval) {
+		redisFreeCommand(cmd); /* nothing to retry */
+		return 0;
 	}
 	req->script = script;
 	req->cmd = cmd;

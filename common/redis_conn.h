@@ -149,8 +149,12 @@ int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, c
 /* Runs script (a handle of this connection's registry) with EVALSHA: argv holds its keys then
  * its arguments (copied; argvlen may be NULL), checked against the script's header. A NOSCRIPT
  * answer (the server lost its script cache) is retried once with EVAL before cb sees anything
- * (counted in script_reloads). Returns 0, -EINVAL (script not in this connection's registry, or
- * argc does not fit its header), -ENOTCONN, -ESHUTDOWN, -ENOMEM. */
+ * (counted in script_reloads); the retried call then runs, and is answered, after the commands
+ * sent after it. Between a MULTI sent on this connection and its EXEC or DISCARD the call goes
+ * out as EVAL (a NOSCRIPT inside a transaction could not be retried), and a NOSCRIPT read then
+ * is handed to cb as it is (a retry would join that transaction). Returns 0, -EINVAL (script
+ * not in this connection's registry, or argc does not fit its header), -ENOTCONN, -ESHUTDOWN,
+ * -ENOMEM. */
 int redis_conn_evalsha(struct redis_conn *conn, const struct redis_script *script,
 		       redis_reply_cb cb, void *data, int argc, const char **argv,
 		       const size_t *argvlen);
