@@ -2,7 +2,8 @@
  * subscription added while up, re-made by itself after CLIENT KILL and after a server restart
  * (the owner told each time, messages published from then on arriving), a connection stalled by
  * CLIENT PAUSE past its liveness deadline detected and re-made, no liveness verdict while the
- * publisher is down, and a close from inside a message callback. */
+ * publisher is down or when a ping is lost with the publisher's connection, and a close from
+ * inside a message callback. */
 #include "fixture.h"
 #include "redis_conn.h"
 #include "redis_sub.h"
@@ -326,6 +327,54 @@ static void publisher_down_skips_pings(void **state)
 	fixture_loop_close(&loop);
 }
 
+static bool publisher_dropped_twice(void *arg)
+{
+	struct redis_conn_stats st;
+	redis_conn_get_stats(arg, &st);
+	return st.disconnects >= 2;
+}
+
+/* A ping lost with its publisher's connection says nothing about the subscriber. CLIENT PAUSE
+ * WRITE holds every PUBLISH (and no read: the subscriber and the handshakes go on) until the
+ * test ends it; the publisher's 100 ms command deadline drops it with the ping out, always before
+ * the subscriber's 1 s liveness deadline (both timers start in the same turn of the loop). */
+static void publisher_lost_with_ping_is_no_verdict(void **state)
+{
+	uv_loop_t loop;
+	struct sub_probe p = { 0 };
+	struct redis_sub_stats st;
+	struct redis_conn_options o = {
+		.url = svc.redis_url,
+		.name = "pub",
+		.connect_timeout_ms = 60000,
+		.command_timeout_ms = 100,
+		.reconnect_min_ms = 10,
+		.reconnect_max_ms = 100,
+	};
+	struct redis_conn *pub;
+
+	uv_loop_init(&loop);
+	struct redis_conn *admin = conn_new(&loop, "admin", true);
+	assert_int_equal(redis_conn_new(&loop, &o, &pub), 0);
+	assert_int_equal(redis_conn_start(pub), 0);
+	fixture_run_until(&loop, conn_up, pub, 60000);
+	struct redis_sub *sub = sub_new(&loop, pub, &p, 20, 1000);
+	assert_int_equal(redis_sub_start(sub), 0);
+	fixture_run_until(&loop, pings_answered, sub, 60000);
+
+	run(&loop, admin, NULL, "CLIENT", "PAUSE", "60000", "WRITE", NULL);
+	fixture_run_until(&loop, publisher_dropped_twice, pub, 60000);
+	redis_sub_get_stats(sub, &st);
+	assert_int_equal(st.liveness_failures, 0);
+	assert_int_equal(p.downs, 0);
+	assert_true(st.pings_skipped >= 1);
+	run(&loop, admin, NULL, "CLIENT", "UNPAUSE", NULL);
+	redis_sub_close(sub, NULL, NULL);
+	redis_conn_close(pub, NULL, NULL);
+	redis_conn_close(admin, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
 static void close_inside_message_cb(void **state)
 {
 	uv_loop_t loop;
@@ -370,6 +419,8 @@ int main(void)
 		cmocka_unit_test(restart_resubscribes),
 		cmocka_unit_test(publisher_down_skips_pings),
 		cmocka_unit_test(close_inside_message_cb),
+		/* Last: when it fails, the pause it sets stays on. */
+		cmocka_unit_test(publisher_lost_with_ping_is_no_verdict),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
