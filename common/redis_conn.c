@@ -385,6 +385,9 @@ int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struc
 	    redis_url_parse(opts->url, conn->host, sizeof(conn->host), &conn->port, conn->path,
 			    sizeof(conn->path), conn->password, sizeof(conn->password)) < 0)
 		rc = -EINVAL;
+	/* The first hook, and not the owner's to remember: SPEC §7. */
+	if (rc == 0 && !opts->allow_eviction)
+		rc = redis_conn_add_hook(conn, "maxmemory-policy", redis_hook_noeviction, NULL);
 	if (rc < 0) {
 		conn_free(conn);
 		return rc;

@@ -441,11 +441,18 @@ static void create_then_start(void **state)
 	fixture_loop_close(&loop);
 }
 
-/* The built-in hook refuses a server that may evict keys, says which setting to change, keeps
- * retrying, and comes up by itself once an operator has fixed the setting. */
+/* The built-in check, which every connection runs unless its owner opts out, refuses a server
+ * that may evict keys, says which setting to change, keeps retrying, and comes up by itself once
+ * an operator has fixed the setting. */
 static bool refused_twice(void *arg)
 {
 	return ((struct probe *)arg)->refusals >= 2;
+}
+
+static bool up_or_refused(void *arg)
+{
+	const struct probe *p = arg;
+	return p->ups + p->refusals >= 1;
 }
 
 static void maxmemory_policy_refused_until_fixed(void **state)
@@ -463,10 +470,11 @@ static void maxmemory_policy_refused_until_fixed(void **state)
 			 0);
 	assert_string_equal(admin_p.str, "OK");
 
+	/* No hook added: the check is not the owner's to remember. */
 	struct redis_conn *c = new_conn(&loop, &p, "gate", NULL);
-	assert_int_equal(redis_conn_add_hook(c, "maxmemory-policy", redis_hook_noeviction, NULL),
-			 0);
 	assert_int_equal(redis_conn_start(c), 0);
+	fixture_run_until(&loop, up_or_refused, &p, 60000);
+	assert_int_equal(p.ups, 0);
 	fixture_run_until(&loop, refused_twice, &p, 60000);
 	assert_false(redis_conn_is_up(c));
 	assert_int_equal(p.ups, 0);
@@ -474,6 +482,17 @@ static void maxmemory_policy_refused_until_fixed(void **state)
 	assert_non_null(strstr(p.refusal, "maxmemory-policy is allkeys-lru"));
 	assert_non_null(strstr(p.refusal, "CONFIG SET maxmemory-policy noeviction"));
 	assert_int_equal(redis_conn_command(c, reply_cb, &p, "PING"), -ENOTCONN);
+
+	/* An owner that stores nothing that matters may opt out. */
+	struct redis_conn_options o = { .url = svc.redis_url,
+					.connect_timeout_ms = 5000,
+					.command_timeout_ms = 5000,
+					.allow_eviction = true };
+	struct redis_conn *tool;
+	assert_int_equal(redis_conn_new(&loop, &o, &tool), 0);
+	assert_int_equal(redis_conn_start(tool), 0);
+	fixture_run_until(&loop, is_up, tool, 60000);
+	redis_conn_close(tool, NULL, NULL);
 
 	assert_int_equal(command(&loop, admin, &admin_p, "CONFIG", "SET", "maxmemory-policy",
 				 "noeviction", NULL),
