@@ -177,7 +177,8 @@ static bool retry_noscript(struct redis_conn *conn, struct request *req, redisRe
 	size_t len = 0;
 	char *cmd;
 
-	if (!redis_reply_is_noscript(reply) || conn->state != ST_UP || !conn->ac)
+	/* Not while a MULTI of this connection is open: the EVAL would join that transaction. */
+	if (!redis_reply_is_noscript(reply) || conn->state != ST_UP || !conn->ac || conn->in_multi)
 		return false;
 	cmd = eval_command(req, &len);
 	if (!cmd)
@@ -237,6 +238,16 @@ static void request_link(struct redis_conn *conn, struct request *req)
 	arm_deadline(conn);
 }
 
+/* Follows MULTI ... EXEC/DISCARD on the connection from the names of the commands sent. */
+static void note_sent(struct redis_conn *conn, const char *name, size_t len)
+{
+	if (len == 5 && strncasecmp(name, "MULTI", len) == 0)
+		conn->in_multi = true;
+	else if ((len == 4 && strncasecmp(name, "EXEC", len) == 0) ||
+		 (len == 7 && strncasecmp(name, "DISCARD", len) == 0))
+		conn->in_multi = false;
+}
+
 int conn_send_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int argc,
 		   const char **argv, const size_t *argvlen)
 {
@@ -250,6 +261,7 @@ int conn_send_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int a
 		return -ENOMEM;
 	}
 	request_link(conn, req);
+	note_sent(conn, argv[0], argvlen ? argvlen[0] : strlen(argv[0]));
 	return 0;
 }
 
@@ -290,6 +302,7 @@ static void start_connect(struct redis_conn *conn)
 		return;
 	}
 	ac->data = conn;
+	conn->in_multi = false;
 	redisAsyncSetConnectCallback(ac, connect_cb);
 	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
 	conn->ac = ac;
@@ -372,6 +385,9 @@ int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struc
 	    redis_url_parse(opts->url, conn->host, sizeof(conn->host), &conn->port, conn->path,
 			    sizeof(conn->path), conn->password, sizeof(conn->password)) < 0)
 		rc = -EINVAL;
+	/* The first hook, and not the owner's to remember: SPEC §7. */
+	if (rc == 0 && !opts->allow_eviction)
+		rc = redis_conn_add_hook(conn, "maxmemory-policy", redis_hook_noeviction, NULL);
 	if (rc < 0) {
 		conn_free(conn);
 		return rc;
@@ -415,13 +431,39 @@ int redis_conn_start(struct redis_conn *conn)
 
 bool conn_streaming(const char *name, size_t len)
 {
-	static const char *const names[] = { "subscribe", "psubscribe", "ssubscribe", "monitor" };
+	/* hiredis 0.14.1 drops one leading 'p' before it compares with the first three, and keeps
+	 * a callback of those in its subscription table (or refuses UNSUBSCRIBE when the
+	 * connection is not subscribed); SSUBSCRIBE it does not know, and its messages would have
+	 * no callback at all. */
+	static const char *const names[] = { "subscribe", "unsubscribe", "monitor" };
 
+	if (len == 10 && strncasecmp(name, "ssubscribe", len) == 0)
+		return true;
+	if (len > 0 && (name[0] == 'p' || name[0] == 'P')) {
+		name++;
+		len--;
+	}
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		if (len == strlen(names[i]) && strncasecmp(name, names[i], len) == 0)
 			return true;
 	}
 	return false;
+}
+
+/* The name (first argument) of a formatted command "*N\r\n$L\r\nNAME\r\n...", or NULL. */
+static const char *formatted_name(const char *cmd, size_t cmdlen, size_t *len)
+{
+	const char *end = cmd + cmdlen;
+	const char *p = memchr(cmd, '\n', cmdlen);
+	char *q;
+
+	if (!p || ++p >= end || *p != '$')
+		return NULL;
+	unsigned long n = strtoul(p + 1, &q, 10);
+	if (q + 2 > end || q[0] != '\r' || q[1] != '\n' || n > (size_t)(end - (q + 2)))
+		return NULL;
+	*len = n;
+	return q + 2;
 }
 
 /* Whether the owner may send now: 0, -ESHUTDOWN or -ENOTCONN (counted). */
@@ -459,28 +501,33 @@ int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, c
 {
 	va_list ap;
 	char *cmd = NULL;
-	size_t skip = strspn(fmt, " ");
+	size_t namelen = 0;
 
-	if (conn_streaming(fmt + skip, strcspn(fmt + skip, " ")))
-		return -EINVAL;
-	int rc = sendable(conn);
-	if (rc < 0)
-		return rc;
 	va_start(ap, fmt);
 	int len = redisvFormatCommand(&cmd, fmt, ap);
 	va_end(ap);
 	if (len < 0)
 		return -EINVAL;
+	/* The name as sent, whatever the format looks like ("%s %s", "SUBSCRIBE", ...). */
+	const char *name = formatted_name(cmd, (size_t)len, &namelen);
+	int rc = !name || conn_streaming(name, namelen) ? -EINVAL : sendable(conn);
+	if (rc < 0) {
+		redisFreeCommand(cmd);
+		return rc;
+	}
 	struct request *req = request_new(conn, cb, data);
 	rc = req ? send_formatted(conn, req, cmd, (size_t)len) : -ENOMEM;
 	if (rc < 0)
 		free(req);
+	else
+		note_sent(conn, name, namelen);
 	redisFreeCommand(cmd);
 	return rc;
 }
 
-/* Formats EVALSHA sha numkeys argv... into *cmd. Returns its length or a negative code. */
-static int format_evalsha(const struct redis_script *script, int argc, const char **argv,
+/* Formats EVALSHA sha numkeys argv... (EVAL text numkeys argv... when eval) into *cmd. Returns
+ * its length or a negative code. */
+static int format_evalsha(const struct redis_script *script, bool eval, int argc, const char **argv,
 			  const size_t *argvlen, char **cmd)
 {
 	enum { SMALL = 32 };
@@ -497,13 +544,14 @@ static int format_evalsha(const struct redis_script *script, int argc, const cha
 	int len = -ENOMEM;
 	if (v && l) {
 		snprintf(numkeys, sizeof(numkeys), "%d", redis_script_numkeys(script));
-		v[0] = "EVALSHA";
-		v[1] = redis_script_sha(script);
+		v[0] = eval ? "EVAL" : "EVALSHA";
+		v[1] = eval ? redis_script_text(script, &l[1]) : redis_script_sha(script);
 		v[2] = numkeys;
 		for (int i = 0; i < argc + 3; i++) {
 			if (i >= 3)
 				v[i] = argv[i - 3];
-			l[i] = i >= 3 && argvlen ? argvlen[i - 3] : strlen(v[i]);
+			if (i != 1 || !eval)
+				l[i] = i >= 3 && argvlen ? argvlen[i - 3] : strlen(v[i]);
 		}
 		len = redisFormatCommandArgv(cmd, argc + 3, v, l);
 		len = len < 0 ? -ENOMEM : len;
@@ -527,7 +575,10 @@ int redis_conn_evalsha(struct redis_conn *conn, const struct redis_script *scrip
 	int rc = sendable(conn);
 	if (rc < 0)
 		return rc;
-	int len = format_evalsha(script, argc, argv, argvlen, &cmd);
+	/* Inside MULTI a NOSCRIPT would come in EXEC's answer, after the rest of the transaction
+	 * has run, and could not be retried: send the text. */
+	bool eval = conn->in_multi;
+	int len = format_evalsha(script, eval, argc, argv, argvlen, &cmd);
 	if (len < 0)
 		return len;
 	struct request *req = request_new(conn, cb, data);
@@ -536,6 +587,10 @@ int redis_conn_evalsha(struct redis_conn *conn, const struct redis_script *scrip
 		free(req);
 		redisFreeCommand(cmd);
 		return rc;
+	}
+	if (eval) {
+		redisFreeCommand(cmd); /* nothing to retry */
+		return 0;
 	}
 	req->script = script;
 	req->cmd = cmd;

@@ -5,8 +5,10 @@
  * reports itself up, in this order:
  *   1. AUTH (when the URL has a password), PING, CLIENT SETNAME (with a name), INFO server
  *      (the server's run_id), pipelined;
- *   2. the owner's on-connect hooks, one after the other (redis_conn_add_hook(); the built-in
- *      redis_hook_noeviction() checks maxmemory-policy); a hook may refuse the server;
+ *   2. the on-connect hooks, one after the other: first the built-in redis_hook_noeviction()
+ *      (maxmemory-policy must be noeviction, SPEC §7), which every connection runs unless its
+ *      options say allow_eviction, then the owner's (redis_conn_add_hook()); a hook may refuse
+ *      the server;
  *   3. SCRIPT LOAD of every script of the registry (redis_script.h) and GET of the generation
  *      key, pipelined.
  * The whole handshake has the connect deadline. A refused or failed handshake drops the
@@ -82,6 +84,8 @@ struct redis_conn_options {
 					* frozen by redis_conn_start(). May be NULL. */
 	const char *generation_key;    /* read on every connect and reported on up; NULL: none.
 					* Copied. */
+	bool allow_eviction;	       /* skip the maxmemory-policy check (see above): only for
+					* connections that store nothing that matters */
 	redis_event_cb event_cb;       /* may be NULL */
 	void *data;		       /* passed to event_cb, borrowed (hooks get their own) */
 };
@@ -108,8 +112,8 @@ int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struc
 typedef void (*redis_hook_cb)(struct redis_conn *conn, uint64_t run, void *data);
 
 /* Adds a hook (name copied, for log lines) run on every connect after PING and before the
- * scripts load, in the order added. Only before redis_conn_start(): returns -EBUSY afterwards,
- * 0 or -ENOMEM otherwise. */
+ * scripts load, in the order added, after the built-in maxmemory-policy check. Only before
+ * redis_conn_start(): returns -EBUSY afterwards, 0 or -ENOMEM otherwise. */
 int redis_conn_add_hook(struct redis_conn *conn, const char *name, redis_hook_cb cb, void *data);
 
 /* Starts connecting (and freezes the script registry). Returns 0, or -EBUSY if already
@@ -128,27 +132,34 @@ int redis_conn_hook_command_argv(struct redis_conn *conn, uint64_t run, redis_re
  * the hook run in progress. */
 void redis_conn_hook_done(struct redis_conn *conn, uint64_t run, int status, const char *message);
 
-/* The built-in hook: refuses (DSP_ECONFIG) a server whose maxmemory-policy (read from INFO
- * memory, which works where CONFIG is renamed) is not noeviction: an evicted key would lose
- * data silently. data is unused. */
+/* The built-in hook, run first on every connection whose options do not say allow_eviction
+ * (adding it again runs it twice): refuses (DSP_ECONFIG) a server whose maxmemory-policy (read
+ * from INFO memory, which works where CONFIG is renamed) is not noeviction: an evicted key would
+ * lose data silently. data is unused. */
 void redis_hook_noeviction(struct redis_conn *conn, uint64_t run, void *data);
 
 /* Sends a command given as argv (copied by hiredis; binary-safe with argvlen, which may be NULL
  * for NUL-terminated strings). cb may be NULL when the answer is not wanted. Returns 0,
  * -ENOTCONN while down, -ESHUTDOWN after close, -ENOMEM, or -EINVAL for SUBSCRIBE, PSUBSCRIBE,
- * SSUBSCRIBE and MONITOR, whose replies keep coming (see redis_sub.h). */
+ * SSUBSCRIBE and MONITOR, whose replies keep coming (see redis_sub.h), and for (P)UNSUBSCRIBE. */
 int redis_conn_command_argv(struct redis_conn *conn, redis_reply_cb cb, void *data, int argc,
 			    const char **argv, const size_t *argvlen);
 
-/* printf-style variant of redis_conn_command_argv (hiredis formatting: %s, %b, %d ...). */
+/* printf-style variant of redis_conn_command_argv (hiredis formatting: %s, %b, %d ...). The
+ * commands refused are recognised in the formatted command, so "%s", "SUBSCRIBE" is refused
+ * too; -EINVAL also when fmt formats no command. */
 int redis_conn_command(struct redis_conn *conn, redis_reply_cb cb, void *data, const char *fmt,
 		       ...);
 
 /* Runs script (a handle of this connection's registry) with EVALSHA: argv holds its keys then
  * its arguments (copied; argvlen may be NULL), checked against the script's header. A NOSCRIPT
  * answer (the server lost its script cache) is retried once with EVAL before cb sees anything
- * (counted in script_reloads). Returns 0, -EINVAL (script not in this connection's registry, or
- * argc does not fit its header), -ENOTCONN, -ESHUTDOWN, -ENOMEM. */
+ * (counted in script_reloads); the retried call then runs, and is answered, after the commands
+ * sent after it. Between a MULTI sent on this connection and its EXEC or DISCARD the call goes
+ * out as EVAL (a NOSCRIPT inside a transaction could not be retried), and a NOSCRIPT read then
+ * is handed to cb as it is (a retry would join that transaction). Returns 0, -EINVAL (script
+ * not in this connection's registry, or argc does not fit its header), -ENOTCONN, -ESHUTDOWN,
+ * -ENOMEM. */
 int redis_conn_evalsha(struct redis_conn *conn, const struct redis_script *script,
 		       redis_reply_cb cb, void *data, int argc, const char **argv,
 		       const size_t *argvlen);

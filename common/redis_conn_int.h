@@ -52,6 +52,7 @@ struct redis_conn {
 	char password[256];
 	redisAsyncContext *ac; /* NULL when down; owned by hiredis once connected */
 	enum conn_state state;
+	bool in_multi;		   /* MULTI sent, EXEC or DISCARD not yet: EVALSHA goes as EVAL */
 	bool refusing;		   /* the drop under way is a refusal: log it at error */
 	uv_timer_t retry_timer;	   /* reconnect delay, then connect deadline */
 	uv_timer_t deadline_timer; /* deadline of the oldest pending command */

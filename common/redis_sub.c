@@ -50,9 +50,10 @@ struct redis_sub {
 	struct list_node subs; /* struct subscription, the ping channel's first */
 	unsigned unconfirmed;  /* subscriptions not yet confirmed while connecting */
 	char ping_channel[96];
-	uint64_t ping_seq;     /* number of the last ping sent */
-	uint64_t ping_sent_ns; /* uv_hrtime() when it was sent */
-	bool ping_out;	       /* it has not come back yet */
+	uint64_t ping_seq;	       /* number of the last ping sent */
+	uint64_t ping_sent_ns;	       /* uv_hrtime() when it was sent */
+	uint64_t ping_pub_disconnects; /* the publisher's disconnects then */
+	bool ping_out;		       /* it has not come back yet */
 	int open_handles;
 	void (*closed_cb)(void *data);
 	void *closed_data;
@@ -216,6 +217,14 @@ static void ping_message_cb(struct redis_sub *sub, const char *channel, size_t c
 	uv_timer_start(&sub->liveness_timer, liveness_cb, sub->opts.liveness_interval_ms, 0);
 }
 
+static uint64_t publisher_disconnects(const struct redis_sub *sub)
+{
+	struct redis_conn_stats st;
+
+	redis_conn_get_stats(sub->opts.publisher, &st);
+	return st.disconnects;
+}
+
 static void send_ping(struct redis_sub *sub)
 {
 	char seq[24];
@@ -230,6 +239,7 @@ static void send_ping(struct redis_sub *sub)
 	}
 	sub->ping_seq++;
 	sub->ping_sent_ns = uv_hrtime();
+	sub->ping_pub_disconnects = publisher_disconnects(sub);
 	sub->ping_out = true;
 	sub->stats.pings_sent++;
 	uv_timer_start(&sub->liveness_timer, liveness_cb, sub->opts.liveness_timeout_ms, 0);
@@ -247,6 +257,14 @@ static void liveness_cb(uv_timer_t *t)
 		return;
 	}
 	sub->ping_out = false;
+	if (publisher_disconnects(sub) != sub->ping_pub_disconnects) {
+		/* The publisher's connection was lost with the ping: it may never have been
+		 * published. No verdict; the next one goes out after the interval. */
+		sub->stats.pings_skipped++;
+		uv_timer_start(&sub->liveness_timer, liveness_cb, sub->opts.liveness_interval_ms,
+			       0);
+		return;
+	}
 	sub->stats.liveness_failures++;
 	snprintf(why, sizeof(why), "liveness ping not back within %llu ms",
 		 (unsigned long long)sub->opts.liveness_timeout_ms);

@@ -16,7 +16,7 @@
  * ping that has not come back within liveness_timeout_ms (a stalled server, a half-open TCP
  * connection, a subscriber left on a server the publisher no longer talks to) marks the
  * connection dead: it is dropped and re-made. While the publisher is down no ping is sent (and
- * none is expected).
+ * none is expected), and a ping whose publisher lost its connection meanwhile gives no verdict.
  *
  * Callbacks: message callbacks are called once per message received, from the loop; state_cb on
  * each up and on each down after an up. None is called after redis_sub_close(). Callbacks may
@@ -67,7 +67,8 @@ struct redis_sub_stats {
 	uint64_t messages;	    /* messages handed to subscriptions (pings not counted) */
 	uint64_t pings_sent;	    /* liveness pings published */
 	uint64_t pings_answered;    /* pings back in time */
-	uint64_t pings_skipped;	    /* intervals without a ping: the publisher was down */
+	uint64_t pings_skipped;	    /* intervals without a verdict: the publisher was down, or
+				     * its connection was lost with the ping */
 	uint64_t liveness_failures; /* connections dropped because a ping was late or lost */
 };
 

@@ -202,6 +202,17 @@ static void header_rules(void **state)
 	redis_scripts_free(reg);
 }
 
+/* SCRIPT EXISTS of two scripts: both there. */
+static void exists_reply_cb(struct redis_conn *conn, int status, redisReply *r, void *data)
+{
+	assert_int_equal(status, 0);
+	assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+	assert_int_equal(r->elements, 2);
+	assert_int_equal(r->element[0]->integer, 1);
+	assert_int_equal(r->element[1]->integer, 1);
+	++*(int *)data;
+}
+
 static void loaded_before_up_and_called(void **state)
 {
 	uv_loop_t loop;
@@ -217,10 +228,10 @@ static void loaded_before_up_and_called(void **state)
 	fixture_run_until(&loop, is_up, c, 60000);
 	redis_conn_get_stats(c, &st);
 	assert_int_equal(st.script_loads, 3);
-	assert_int_equal(command(&loop, c, &p, "SCRIPT", "EXISTS", redis_script_sha(incr),
-				 redis_script_sha(echo), NULL),
-			 0);
-	assert_int_equal(p.type, REDIS_REPLY_ARRAY);
+	int exists = 0;
+	const char *ex[] = { "SCRIPT", "EXISTS", redis_script_sha(incr), redis_script_sha(echo) };
+	assert_int_equal(redis_conn_command_argv(c, exists_reply_cb, &exists, 4, ex, NULL), 0);
+	fixture_run_until_count(&loop, &exists, 1, 60000);
 
 	const char *key[] = { "t:n" };
 	assert_int_equal(call(&loop, c, incr, &p, 1, key), 0);
@@ -337,6 +348,65 @@ static void noscript_pipelined(void **state)
 		assert_int_equal(p.seen[base + i], i + 1);
 	redis_conn_get_stats(c, &st);
 	assert_int_equal(st.script_reloads, 64);
+	redis_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+	redis_scripts_free(reg);
+}
+
+/* EXEC's answer: the type and integer of its first element. */
+static void exec_reply_cb(struct redis_conn *conn, int status, redisReply *r, void *data)
+{
+	struct probe *p = data;
+
+	p->status = status;
+	p->type = r && r->type == REDIS_REPLY_ARRAY && r->elements > 0 ? r->element[0]->type : -1;
+	p->integer = p->type == REDIS_REPLY_INTEGER ? r->element[0]->integer : 0;
+	snprintf(p->str, sizeof(p->str), "%s",
+		 p->type == REDIS_REPLY_ERROR ? r->element[0]->str : "");
+	p->calls++;
+}
+
+/* Inside MULTI an EVALSHA is answered QUEUED, and a NOSCRIPT would only show in EXEC's answer,
+ * after the rest of the transaction has run: there the call goes out as EVAL. */
+static void evalsha_in_multi_runs(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 }, q = { 0 };
+	struct redis_scripts *reg = registry();
+	const struct redis_script *incr = redis_scripts_find(reg, "incr.lua");
+	const char *key[] = { "t:multi" };
+	const char *multi[] = { "MULTI" }, *exec[] = { "EXEC" };
+
+	uv_loop_init(&loop);
+	struct redis_conn *c = open_conn(&loop, reg, &p);
+	fixture_run_until(&loop, is_up, c, 60000);
+	assert_int_equal(command(&loop, c, &p, "SCRIPT", "FLUSH", NULL), 0);
+	assert_int_equal(redis_conn_command_argv(c, reply_cb, &p, 1, multi, NULL), 0);
+	assert_int_equal(redis_conn_evalsha(c, incr, reply_cb, &p, 1, key, NULL), 0);
+	assert_int_equal(redis_conn_command_argv(c, exec_reply_cb, &q, 1, exec, NULL), 0);
+	fixture_run_until_count(&loop, &q.calls, 1, 60000);
+	assert_int_equal(q.status, 0);
+	assert_string_equal(q.str, "");
+	assert_int_equal(q.type, REDIS_REPLY_INTEGER);
+	assert_int_equal(q.integer, 1);
+
+	/* A NOSCRIPT read while a MULTI is open is not retried: the EVAL would be queued in that
+	 * transaction, and the caller answered QUEUED. */
+	struct probe r = { 0 };
+	q.calls = 0;
+	assert_int_equal(command(&loop, c, &p, "SCRIPT", "FLUSH", NULL), 0);
+	assert_int_equal(redis_conn_evalsha(c, incr, reply_cb, &r, 1, key, NULL), 0);
+	assert_int_equal(redis_conn_command_argv(c, reply_cb, &p, 1, multi, NULL), 0);
+	fixture_run_until_count(&loop, &r.calls, 1, 60000);
+	assert_int_equal(r.type, REDIS_REPLY_ERROR);
+	assert_int_equal(strncmp(r.str, "NOSCRIPT", 8), 0);
+	assert_int_equal(redis_conn_command_argv(c, exec_reply_cb, &q, 1, exec, NULL), 0);
+	fixture_run_until_count(&loop, &q.calls, 1, 60000);
+	assert_int_equal(q.type, -1); /* an empty transaction */
+
+	/* After EXEC, EVALSHA is retried again. */
+	assert_int_equal(call(&loop, c, incr, &p, 1, key), 0);
+	assert_int_equal(p.integer, 2);
 	redis_conn_close(c, NULL, NULL);
 	fixture_loop_close(&loop);
 	redis_scripts_free(reg);
@@ -474,6 +544,7 @@ int main(void)
 		cmocka_unit_test(binary_safe_arguments),
 		cmocka_unit_test(noscript_reloaded_once),
 		cmocka_unit_test(noscript_pipelined),
+		cmocka_unit_test(evalsha_in_multi_runs),
 		cmocka_unit_test(restart_reloads_before_up),
 		cmocka_unit_test(refused_script_keeps_it_down),
 		cmocka_unit_test(generation_guard),
