@@ -1,6 +1,7 @@
 #include "http_client.h"
 
 #include "http_buf.h"
+#include "list.h"
 #include "log.h"
 
 #include <curl/curl.h>
@@ -16,12 +17,12 @@ struct sock {
 	uv_poll_t poll;
 	curl_socket_t fd;
 	struct http_client *client;
-	struct sock *prev, *next;
+	struct list_node node; /* in client->socks */
 };
 
 struct http_client_call {
 	struct http_client *client;
-	struct http_client_call *prev, *next;
+	struct list_node node; /* in client->calls */
 	CURL *easy;
 	struct curl_slist *headers;
 	char *body; /* owned copy of the request body */
@@ -38,8 +39,8 @@ struct http_client {
 	CURLM *multi;
 	uv_timer_t timer;
 	struct http_client_config cfg;
-	struct http_client_call *calls;
-	struct sock *socks;
+	struct list_node calls; /* requests in the multi handle (struct http_client_call) */
+	struct list_node socks; /* polled sockets (struct sock) */
 	unsigned pending;
 	int handles; /* open uv handles: the timer and every poll */
 	int busy;    /* depth of curl calls in progress */
@@ -95,14 +96,7 @@ static void on_timer_closed(uv_handle_t *h)
 
 static void sock_close(struct sock *k)
 {
-	struct http_client *c = k->client;
-
-	if (k->prev)
-		k->prev->next = k->next;
-	else
-		c->socks = k->next;
-	if (k->next)
-		k->next->prev = k->prev;
+	list_del(&k->node);
 	uv_poll_stop(&k->poll);
 	uv_close((uv_handle_t *)&k->poll, on_sock_closed);
 }
@@ -183,12 +177,7 @@ static void call_finish(struct http_client_call *call, enum http_client_class cl
 	struct http_client_response r = { .cls = cls, .error = "" };
 	long status = 0;
 
-	if (call->prev)
-		call->prev->next = call->next;
-	else
-		c->calls = call->next;
-	if (call->next)
-		call->next->prev = call->prev;
+	list_del(&call->node);
 	c->pending--;
 	if (cls == HTTP_CLIENT_OK) {
 		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
@@ -290,10 +279,7 @@ static int on_curl_socket(CURL *e, curl_socket_t s, int what, void *userp, void 
 		k->fd = s;
 		k->client = c;
 		k->poll.data = k;
-		k->next = c->socks;
-		if (c->socks)
-			c->socks->prev = k;
-		c->socks = k;
+		list_add_tail(&c->socks, &k->node);
 		c->handles++;
 		curl_multi_assign(c->multi, s, k);
 	}
@@ -414,10 +400,7 @@ int http_client_send(struct http_client *c, const struct http_client_request *re
 		call_free(call);
 		return err;
 	}
-	call->next = c->calls;
-	if (c->calls)
-		c->calls->prev = call;
-	c->calls = call;
+	list_add_tail(&c->calls, &call->node);
 	c->pending++;
 	if (out)
 		*out = call;
@@ -466,6 +449,8 @@ int http_client_new(uv_loop_t *loop, const struct http_client_config *cfg, struc
 		return -ENOMEM;
 	}
 	c->loop = loop;
+	list_init(&c->calls);
+	list_init(&c->socks);
 	uv_timer_init(loop, &c->timer);
 	c->timer.data = c;
 	c->handles = 1;
@@ -486,8 +471,8 @@ static void finalize(struct http_client *c)
 	curl_multi_cleanup(c->multi); /* closes cached connections: their polls go */
 	c->busy--;
 	c->multi = NULL;
-	while (c->socks)
-		sock_close(c->socks);
+	while (!list_empty(&c->socks))
+		sock_close(list_entry(c->socks.next, struct sock, node));
 	uv_timer_stop(&c->timer);
 	uv_close((uv_handle_t *)&c->timer, on_timer_closed);
 }
@@ -499,8 +484,8 @@ void http_client_close(struct http_client *c, http_client_close_cb cb, void *dat
 	c->closing = true;
 	c->close_cb = cb;
 	c->close_data = data;
-	while (c->calls)
-		http_client_cancel(c->calls);
+	while (!list_empty(&c->calls))
+		http_client_cancel(list_entry(c->calls.next, struct http_client_call, node));
 	if (c->busy == 0)
 		finalize(c);
 }

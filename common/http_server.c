@@ -42,7 +42,7 @@ void http_server_config_defaults(struct http_server_config *c)
 
 static void server_maybe_done(struct http_server *s)
 {
-	if (!s->closing || !s->listening_closed || s->conns)
+	if (!s->closing || !s->listening_closed || !list_empty(&s->conns))
 		return;
 	if (s->close_cb)
 		s->close_cb(s, s->close_data);
@@ -76,12 +76,7 @@ static void conn_release(struct http_conn *c)
 
 	if (c->handles > 0 || !purge_requests(c))
 		return;
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	list_del(&c->node);
 	s->stats.open--;
 	free(c->pending);
 	free(c);
@@ -513,10 +508,7 @@ static struct http_conn *conn_new(struct http_server *s)
 	c->timer.data = c;
 	c->wtimer.data = c;
 	c->handles = 3;
-	c->next = s->conns;
-	if (s->conns)
-		s->conns->prev = c;
-	s->conns = c;
+	list_add_tail(&s->conns, &c->node);
 	s->stats.open++;
 	llhttp_init(&c->parser, HTTP_REQUEST, &s->settings);
 	c->parser.data = c;
@@ -590,6 +582,7 @@ int http_server_new(uv_loop_t *loop, const struct http_server_config *cfg,
 	if (!(s = calloc(1, sizeof(*s))))
 		return -ENOMEM;
 	s->loop = loop;
+	list_init(&s->conns);
 	if (cfg)
 		s->cfg = *cfg;
 	else
@@ -635,7 +628,7 @@ void http_server_stats(const struct http_server *s, struct http_server_stats *ou
 
 void http_server_close(struct http_server *s, http_server_close_cb cb, void *data)
 {
-	struct http_conn *c, *next;
+	struct list_node *n, *tmp;
 
 	if (s->closing)
 		return;
@@ -643,8 +636,8 @@ void http_server_close(struct http_server *s, http_server_close_cb cb, void *dat
 	s->close_cb = cb;
 	s->close_data = data;
 	uv_close((uv_handle_t *)&s->listener, on_listener_closed);
-	for (c = s->conns; c; c = next) {
-		next = c->next;
+	list_for_each_safe (n, tmp, &s->conns) {
+		struct http_conn *c = list_entry(n, struct http_conn, node);
 		if (c->head || c->cur)
 			continue; /* answered first; the last answer closes it */
 		c->close_after = true;

@@ -5,6 +5,7 @@
 
 #include "http_buf.h"
 #include "http_server.h"
+#include "list.h"
 
 #include <llhttp.h>
 
@@ -55,7 +56,7 @@ struct http_conn {
 	uv_timer_t wtimer; /* write progress, while writes are in flight */
 	uv_shutdown_t shutdown;
 	struct http_server *srv;
-	struct http_conn *prev, *next; /* server's list */
+	struct list_node node; /* in srv->conns */
 	llhttp_t parser;
 	struct http_request *head, *tail; /* every request not yet written, in order */
 	unsigned queued;		  /* requests in the list */
@@ -82,7 +83,7 @@ struct http_server {
 	struct http_server_config cfg;
 	struct route *routes;
 	size_t nroutes;
-	struct http_conn *conns;
+	struct list_node conns; /* open connections (struct http_conn) */
 	struct http_server_stats stats;
 	llhttp_settings_t settings;
 	bool listening_closed, closing;
