@@ -67,7 +67,8 @@ char *stub_stats_json(struct stub *s)
 	for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++)
 		cJSON_AddNumberToObject(j, top[i].name, (double)top[i].v);
 	unsigned pending = 0;
-	for (struct stub_event *e = s->events; e; e = e->next)
+	struct list_node *n, *tmp;
+	list_for_each_safe (n, tmp, &s->events)
 		pending++;
 	cJSON_ReplaceItemInObject(j, "events_pending", cJSON_CreateNumber(pending));
 	ctx.obj = cJSON_AddObjectToObject(j, "outcomes");
@@ -248,6 +249,8 @@ int stub_new(uv_loop_t *loop, const struct stub_config *cfg, struct stub **out)
 		return -ENOMEM;
 	s->loop = loop;
 	s->cfg = *cfg;
+	list_init(&s->events);
+	list_init(&s->delayed);
 	const struct http_route routes[] = {
 		{ "POST", "/calls", 64 * 1024, stub_handle_dial, s },
 		{ "GET", "/stats", 0, h_stats, s },
