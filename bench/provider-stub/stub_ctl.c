@@ -40,6 +40,10 @@ char *stub_stats_json(struct stub *s)
 {
 	cJSON *j = cJSON_CreateObject();
 	struct stats_ctx ctx;
+	struct http_server_stats ss = { .accepted = s->accepted_at_close };
+
+	if (s->server && !s->server_closed)
+		http_server_stats(s->server, &ss);
 	const struct {
 		const char *name;
 		uint64_t v;
@@ -61,6 +65,7 @@ char *stub_stats_json(struct stub *s)
 		{ "events_reordered", s->events_reordered },
 		{ "events_early", s->events_early },
 		{ "events_pending", 0 },
+		{ "connections_accepted", ss.accepted },
 	};
 	char *out;
 
@@ -321,7 +326,10 @@ static void on_server_closed(struct http_server *srv, void *data)
 {
 	struct stub *s = data;
 
-	(void)srv;
+	struct http_server_stats ss;
+
+	http_server_stats(srv, &ss);
+	s->accepted_at_close = ss.accepted;
 	s->server_closed = true;
 	stub_maybe_done(s);
 }

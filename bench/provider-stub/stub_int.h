@@ -78,6 +78,7 @@ struct stub {
 	uint64_t errors_5xx, rejected, live, max_live;
 	uint64_t events_sent, events_failed, events_dropped, events_duplicated;
 	uint64_t events_reordered, events_early;
+	uint64_t accepted_at_close; /* the server's accepted connections, once it is gone */
 	uint64_t outcomes[STUB_OUTCOMES];
 	int closing_handles; /* uv handles still closing */
 	bool closing, server_closed, client_closed;
