@@ -557,8 +557,9 @@ static void end_inside_send_is_called_back_later(void **state)
 	struct harness *h = *state;
 	struct http_client_request req = { .url = "ftp://127.0.0.1:1/" };
 	struct http_client_stats st;
-	struct http_client_call *call;
-	struct reply r = { 0 }, c = { 0 };
+	struct http_client_call *call, *slow;
+	struct reply r = { 0 }, c = { 0 }, s = { 0 };
+	struct raw_server rs;
 
 	assert_int_equal(http_client_send(h->client, &req, on_done, &r, NULL), 0);
 	assert_false(r.done);
@@ -568,6 +569,24 @@ static void end_inside_send_is_called_back_later(void **state)
 	harness_wait(h, &r.done);
 	assert_int_equal(r.cls, HTTP_CLIENT_ERROR);
 	assert_int_equal(http_client_pending(h->client), 0);
+
+	/* Again while another request waits for a server that never answers: the failure is
+	 * delivered later all the same, and the other request is left alone. (With curl 7.88 the
+	 * 0-ms timer curl arms when a request is added is what delivers it; the client's idle
+	 * handle would, were that timer cancelled.) */
+	raw_server_start(&rs, h);
+	get(h, rs.port, "/never", 2 * HARNESS_DEADLINE_MS, 0, &s, &slow);
+	raw_accept(&rs);
+	assert_true(raw_read_request(&rs, true)); /* written: its socket has nothing more to do */
+	memset(&r, 0, sizeof(r));
+	assert_int_equal(http_client_send(h->client, &req, on_done, &r, NULL), 0);
+	assert_false(r.done);
+	harness_wait(h, &r.done);
+	assert_int_equal(r.cls, HTTP_CLIENT_ERROR);
+	assert_false(s.done);
+	http_client_cancel(slow);
+	assert_true(s.done);
+	raw_server_stop(&rs);
 
 	assert_int_equal(http_client_send(h->client, &req, on_done, &c, &call), 0);
 	assert_false(c.done);
