@@ -239,6 +239,8 @@ static void call_finish(struct http_client_call *call, enum http_client_class cl
 	r.body = call->resp_body.data ? call->resp_body.data : "";
 	r.body_len = call->resp_body.len;
 	r.total_ms = uv_now(c->loop) - call->started;
+	easy_put(c, call->easy); /* before the callback: a request it sends can take the handle */
+	call->easy = NULL;
 	call->cb(&r, call->data);
 	call_free(call);
 }

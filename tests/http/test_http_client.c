@@ -458,6 +458,7 @@ static void thousand_sequential_requests_open_one_connection(void **state)
 	assert_int_equal(st.connections_opened, 1);
 	assert_int_equal(st.reused, 999);
 	assert_int_equal(st.deferred, 0);
+	assert_int_equal(st.handles_created, 1); /* each request took the last one's easy handle */
 	/* The stub agrees: one connection accepted, every dial placed. */
 	assert_int_equal(harness_stat(h, "connections_accepted"), 1);
 	assert_int_equal(harness_stat(h, "calls_placed"), 1000);
