@@ -462,7 +462,8 @@ static int call_setup(struct http_client *c, struct http_client_call *call,
 
 /* Drives curl now, so that a request just added is connected or written before
  * http_client_send() returns. Not from inside curl (busy): curl's 0-ms timer drives it then.
- * Whatever ended here is delivered from the idle handle, never from inside the send. */
+ * What ended here waits on c->done for a later loop entry (the idle handle, or this client's
+ * next timer or socket event), never for the send itself. */
 static void kick(struct http_client *c)
 {
 	int running;

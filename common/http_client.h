@@ -116,8 +116,9 @@ int http_client_new(uv_loop_t *loop, const struct http_client_config *cfg,
 int http_client_send(struct http_client *c, const struct http_client_request *req,
 		     http_client_done_cb cb, void *data, struct http_client_call **call);
 
-/* Cancels a request whose callback has not run yet: the callback runs, with
- * HTTP_CLIENT_CANCELLED, before this returns. */
+/* Cancels a request whose callback has not run yet (also one that has ended and whose callback
+ * waits for the next loop entry): the callback runs, with HTTP_CLIENT_CANCELLED, before this
+ * returns. */
 void http_client_cancel(struct http_client_call *call);
 
 /* Returns the value of the first response header named name (case-insensitive), or NULL. */
@@ -132,9 +133,10 @@ void http_client_get_stats(const struct http_client *c, struct http_client_stats
 /* Returns a static name for a class ("read_timeout"). */
 const char *http_client_class_name(enum http_client_class cls);
 
-/* Cancels every pending request (each callback runs once with HTTP_CLIENT_CANCELLED, before
- * this returns), closes the cached connections and the uv handles, then calls cb (optional)
- * from the loop and frees the client. May be called from a completion callback. */
+/* Cancels every pending request, also one that has ended but whose callback waits for the
+ * next loop entry (each callback runs once with HTTP_CLIENT_CANCELLED, before this returns),
+ * closes the cached connections, the kept easy handles and the uv handles, then calls cb
+ * (optional) from the loop and frees the client. May be called from a completion callback. */
 void http_client_close(struct http_client *c, http_client_close_cb cb, void *data);
 
 #endif

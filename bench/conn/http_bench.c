@@ -37,9 +37,9 @@ struct opts {
 };
 
 struct cell {
-	int conc;	    /* requests kept in flight */
-	bool keep_alive;    /* false: CURLOPT_FORBID_REUSE, a new connection per request */
-	bool keep_handles;  /* false: idle_handles 0, a new easy handle per request */
+	int conc;		 /* requests kept in flight */
+	bool keep_alive;	 /* false: CURLOPT_FORBID_REUSE, a new connection per request */
+	bool keep_handles;	 /* false: idle_handles 0, a new easy handle per request */
 	double rate[MAX_ROUNDS]; /* requests/s of each round */
 	double cpu[MAX_ROUNDS];	 /* this process's CPU µs (user + sys) per request, each round */
 	uint64_t requests, failed, connections, accepted, handles; /* the last round's */
@@ -51,11 +51,11 @@ struct run {
 	struct http_client *client;
 	struct stub *stub; /* --same-loop only */
 	char url[64], cb_url[64];
-	int id; /* distinguishes the keys of the runs */
+	int id;				   /* distinguishes the keys of the runs */
 	uint64_t deadline, started, ended; /* uv_hrtime() ns */
 	uint64_t sent, ok, failed;
 	unsigned inflight;
-	cJSON *stats;	      /* the stub's GET /stats, at the end */
+	cJSON *stats;		/* the stub's GET /stats, at the end */
 	long stats_connections; /* connections the GET /stats itself opened */
 };
 
@@ -71,7 +71,7 @@ static void on_child_signal(uv_signal_t *sig, int signum)
 static void stub_config_bench(struct stub_config *cfg)
 {
 	stub_config_defaults(cfg);
-	cfg->hold = true;     /* calls stay live: no timelines beyond ringing */
+	cfg->hold = true;    /* calls stay live: no timelines beyond ringing */
 	cfg->drop_pct = 100; /* no event posts */
 }
 
@@ -115,8 +115,8 @@ static pid_t stub_spawn(int *port)
 	}
 	close(fds[1]);
 	p = (struct pollfd){ .fd = fds[0], .events = POLLIN };
-	if (pid < 0 || poll(&p, 1, 10000) != 1 || read(fds[0], port, sizeof(*port)) != sizeof(*port) ||
-	    *port < 0) {
+	if (pid < 0 || poll(&p, 1, 10000) != 1 ||
+	    read(fds[0], port, sizeof(*port)) != sizeof(*port) || *port < 0) {
 		if (pid > 0) {
 			kill(pid, SIGKILL);
 			waitpid(pid, NULL, 0);
@@ -154,11 +154,12 @@ static void send_one(struct run *r)
 
 	snprintf(key, sizeof(key), "bench-%d-%llu", r->id, (unsigned long long)n);
 	snprintf(hk, sizeof(hk), "Idempotency-Key: %s", key);
-	len = snprintf(body, sizeof(body),
-		       "{\"to\":\"+15551230000\",\"from\":null,\"org_id\":\"org-%llu\","
-		       "\"campaign_id\":\"camp-%llu\",\"agent_id\":\"agent-1\",\"contact_id\":\"%s\","
-		       "\"attempt\":1,\"callback_url\":\"%s\"}",
-		       (unsigned long long)(n % 10), (unsigned long long)(n % 50), key, r->cb_url);
+	len = snprintf(
+		body, sizeof(body),
+		"{\"to\":\"+15551230000\",\"from\":null,\"org_id\":\"org-%llu\","
+		"\"campaign_id\":\"camp-%llu\",\"agent_id\":\"agent-1\",\"contact_id\":\"%s\","
+		"\"attempt\":1,\"callback_url\":\"%s\"}",
+		(unsigned long long)(n % 10), (unsigned long long)(n % 50), key, r->cb_url);
 	struct http_client_request req = { .method = "POST",
 					   .url = r->url,
 					   .headers = headers,
@@ -253,9 +254,11 @@ static int run_cell(struct cell *cl, int round, int id, const struct opts *o, in
 	if (http_client_send(r.client, &req, on_stats, &r, NULL) == 0)
 		r.inflight++;
 	run_until_idle(&r);
-	cl->accepted = (uint64_t)(stat_of(&r, "connections_accepted") - (double)r.stats_connections);
+	cl->accepted =
+		(uint64_t)(stat_of(&r, "connections_accepted") - (double)r.stats_connections);
 	if (cl->keep_alive && stat_of(&r, "calls_placed") != (double)r.ok)
-		fprintf(stderr, "conn_http_bench: the stub placed %.0f calls, the client counted %llu\n",
+		fprintf(stderr,
+			"conn_http_bench: the stub placed %.0f calls, the client counted %llu\n",
 			stat_of(&r, "calls_placed"), (unsigned long long)r.ok);
 	cJSON_Delete(r.stats);
 	http_client_close(r.client, on_client_closed, &closed);
@@ -276,7 +279,8 @@ static int cmp_double(const void *a, const void *b)
 
 static void print_header(int argc, char **argv, const struct opts *o)
 {
-	printf("# conn_http_bench: the HTTP client against the provider stub's POST /calls\n\ncommand:");
+	printf("# conn_http_bench: the HTTP client against the provider stub's POST "
+	       "/calls\n\ncommand:");
 	for (int i = 0; i < argc; i++)
 		printf(" %s", argv[i]);
 	printf("\nmachine: %ld CPUs online, libcurl %s, libuv %s, build: %s\n",
@@ -291,8 +295,9 @@ static void print_header(int argc, char **argv, const struct opts *o)
 #endif
 	);
 	printf("stub: %s\n",
-	       o->same_loop ? "in-process, on the client's loop and thread (one core for both)"
-			    : "forked child process with its own loop (client and stub: a core each)");
+	       o->same_loop
+		       ? "in-process, on the client's loop and thread (one core for both)"
+		       : "forked child process with its own loop (client and stub: a core each)");
 	printf("each run: %.1f s; %d round(s), cells interleaved; a fresh stub per run (hold mode, "
 	       "events dropped); a unique Idempotency-Key per request; each answer sends the next "
 	       "request from its callback\n\n",
@@ -334,8 +339,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		} else if (strcmp(argv[i], "--same-loop") == 0) {
 			o->same_loop = true;
 		} else {
-			fprintf(stderr, "usage: %s [--quick] [--seconds S] [--rounds N 1..%d] "
-					"[--same-loop]\n",
+			fprintf(stderr,
+				"usage: %s [--quick] [--seconds S] [--rounds N 1..%d] "
+				"[--same-loop]\n",
 				argv[0], MAX_ROUNDS);
 			return -1;
 		}
