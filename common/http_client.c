@@ -1,6 +1,7 @@
 #include "http_client.h"
 
 #include "http_buf.h"
+#include "list.h"
 #include "log.h"
 
 #include <curl/curl.h>
@@ -16,12 +17,12 @@ struct sock {
 	uv_poll_t poll;
 	curl_socket_t fd;
 	struct http_client *client;
-	struct sock *prev, *next;
+	struct list_node node; /* in client->socks */
 };
 
 struct http_client_call {
 	struct http_client *client;
-	struct http_client_call *prev, *next;
+	struct list_node node; /* in client->calls, then client->done once curl has finished */
 	CURL *easy;
 	struct curl_slist *headers;
 	char *body; /* owned copy of the request body */
@@ -30,18 +31,27 @@ struct http_client_call {
 	struct http_buf resp_body;
 	struct http_buf resp_headers; /* raw header lines of the last response */
 	uint64_t started;
+	bool finished;	 /* out of the multi handle, on client->done */
+	CURLcode result; /* curl's result, once finished */
+	uint64_t seq;	 /* order of finishing (client->done_seq) */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
 struct http_client {
 	uv_loop_t *loop;
 	CURLM *multi;
-	uv_timer_t timer;
+	uv_timer_t timer; /* curl's timeouts */
+	uv_idle_t defer;  /* runs the callbacks of requests that ended inside http_client_send() */
 	struct http_client_config cfg;
-	struct http_client_call *calls;
-	struct sock *socks;
+	struct list_node calls; /* requests in the multi handle (struct http_client_call) */
+	struct list_node done;	/* finished, callback not run yet, in order of finishing */
+	struct list_node socks; /* polled sockets (struct sock) */
+	uint64_t done_seq;	/* the last call->seq given */
+	CURL **idle;		/* reset easy handles kept for reuse (cfg.idle_handles of them) */
+	unsigned nidle;
 	unsigned pending;
-	int handles; /* open uv handles: the timer and every poll */
+	struct http_client_stats stats;
+	int handles; /* open uv handles: the timer, the idle and every poll */
 	int busy;    /* depth of curl calls in progress */
 	bool closing, finalized;
 	http_client_close_cb close_cb;
@@ -49,6 +59,7 @@ struct http_client {
 };
 
 static void finalize(struct http_client *c);
+static void on_defer(uv_idle_t *h);
 
 void http_client_config_defaults(struct http_client_config *c)
 {
@@ -57,6 +68,8 @@ void http_client_config_defaults(struct http_client_config *c)
 	c->timeout_ms = 10000;
 	c->connect_timeout_ms = 2000;
 	c->no_proxy = false;
+	c->forbid_reuse = false;
+	c->idle_handles = 16;
 }
 
 const char *http_client_class_name(enum http_client_class cls)
@@ -76,6 +89,7 @@ static void handle_closed(struct http_client *c)
 		return;
 	if (c->close_cb)
 		c->close_cb(c, c->close_data);
+	free(c->idle);
 	free(c);
 }
 
@@ -88,21 +102,44 @@ static void on_sock_closed(uv_handle_t *h)
 	handle_closed(c);
 }
 
-static void on_timer_closed(uv_handle_t *h)
+static void on_own_handle_closed(uv_handle_t *h)
 {
 	handle_closed(h->data);
 }
 
+/* ---- easy handles ---- */
+
+/* Returns a kept easy handle (already reset) or a new one; NULL when out of memory. */
+static CURL *easy_get(struct http_client *c)
+{
+	CURL *e;
+
+	if (c->nidle) {
+		c->stats.handles_reused++;
+		return c->idle[--c->nidle];
+	}
+	if ((e = curl_easy_init()))
+		c->stats.handles_created++;
+	return e;
+}
+
+/* Keeps e for a later request, reset (it points at nothing of the call that used it), or
+ * frees it when the client keeps no more. e must not be in the multi handle. */
+static void easy_put(struct http_client *c, CURL *e)
+{
+	if (!e)
+		return;
+	if (c->closing || c->nidle >= c->cfg.idle_handles) {
+		curl_easy_cleanup(e);
+		return;
+	}
+	curl_easy_reset(e);
+	c->idle[c->nidle++] = e;
+}
+
 static void sock_close(struct sock *k)
 {
-	struct http_client *c = k->client;
-
-	if (k->prev)
-		k->prev->next = k->next;
-	else
-		c->socks = k->next;
-	if (k->next)
-		k->next->prev = k->prev;
+	list_del(&k->node);
 	uv_poll_stop(&k->poll);
 	uv_close((uv_handle_t *)&k->poll, on_sock_closed);
 }
@@ -167,7 +204,7 @@ static unsigned split_headers(struct http_buf *raw, const char **names, const ch
 
 static void call_free(struct http_client_call *call)
 {
-	curl_easy_cleanup(call->easy);
+	easy_put(call->client, call->easy);
 	curl_slist_free_all(call->headers);
 	free(call->body);
 	http_buf_free(&call->resp_body);
@@ -175,7 +212,7 @@ static void call_free(struct http_client_call *call)
 	free(call);
 }
 
-/* Unlinks the call (already removed from the multi), runs its callback once, frees it. */
+/* Unlinks the call (already out of the multi handle), runs its callback once, frees it. */
 static void call_finish(struct http_client_call *call, enum http_client_class cls)
 {
 	struct http_client *c = call->client;
@@ -183,12 +220,7 @@ static void call_finish(struct http_client_call *call, enum http_client_class cl
 	struct http_client_response r = { .cls = cls, .error = "" };
 	long status = 0;
 
-	if (call->prev)
-		call->prev->next = call->next;
-	else
-		c->calls = call->next;
-	if (call->next)
-		call->next->prev = call->prev;
+	list_del(&call->node);
 	c->pending--;
 	if (cls == HTTP_CLIENT_OK) {
 		curl_easy_getinfo(call->easy, CURLINFO_RESPONSE_CODE, &status);
@@ -198,16 +230,24 @@ static void call_finish(struct http_client_call *call, enum http_client_class cl
 		r.error = cls == HTTP_CLIENT_CANCELLED ? "cancelled" : call->errbuf;
 	}
 	curl_easy_getinfo(call->easy, CURLINFO_NUM_CONNECTS, &r.new_connections);
+	c->stats.completed++;
+	c->stats.connections_opened += (uint64_t)r.new_connections;
+	if (cls == HTTP_CLIENT_OK && r.new_connections == 0)
+		c->stats.reused++;
 	r.header_names = names;
 	r.header_values = values;
 	r.body = call->resp_body.data ? call->resp_body.data : "";
 	r.body_len = call->resp_body.len;
 	r.total_ms = uv_now(c->loop) - call->started;
+	easy_put(c, call->easy); /* before the callback: a request it sends can take the handle */
+	call->easy = NULL;
 	call->cb(&r, call->data);
 	call_free(call);
 }
 
-static void check_done(struct http_client *c)
+/* Moves every transfer curl has finished out of the multi handle onto c->done, in order.
+ * Runs no callback. Returns true when c->done is not empty. */
+static bool collect(struct http_client *c)
 {
 	CURLMsg *m;
 	int left;
@@ -217,19 +257,52 @@ static void check_done(struct http_client *c)
 		if (m->msg != CURLMSG_DONE)
 			continue;
 		CURL *e = m->easy_handle;
-		CURLcode rc = m->data.result;
 		curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&call);
+		call->result = m->data.result;
 		curl_multi_remove_handle(c->multi, e);
-		call_finish(call, classify(e, rc));
+		call->finished = true;
+		call->seq = ++c->done_seq;
+		list_del(&call->node);
+		list_add_tail(&c->done, &call->node);
+	}
+	return !list_empty(&c->done);
+}
+
+/* Runs the callbacks of the calls on c->done when this starts, oldest first. Calls that
+ * finish meanwhile (a callback sends a request that fails at once) wait for the next entry, so
+ * a callback that re-sends on failure cannot hold the loop. */
+static void deliver(struct http_client *c)
+{
+	uint64_t upto = c->done_seq;
+	struct list_node *n;
+
+	while ((n = list_first(&c->done))) {
+		struct http_client_call *call = list_entry(n, struct http_client_call, node);
+		if (call->seq > upto)
+			break;
+		call_finish(call, classify(call->easy, call->result));
 	}
 }
 
-/* Runs after every entry from libuv: finishes a close requested from a callback. */
+/* Runs after every entry from libuv: delivers what curl finished, keeps the idle handle
+ * running while callbacks wait, finishes a close requested from a callback. */
 static void after_action(struct http_client *c)
 {
-	check_done(c);
-	if (c->closing && !c->finalized && c->busy == 0)
+	collect(c);
+	deliver(c);
+	if (c->finalized)
+		return;
+	if (list_empty(&c->done))
+		uv_idle_stop(&c->defer);
+	else
+		uv_idle_start(&c->defer, on_defer);
+	if (c->closing && c->busy == 0)
 		finalize(c);
+}
+
+static void on_defer(uv_idle_t *h)
+{
+	after_action(h->data);
 }
 
 /* ---- libuv → curl ---- */
@@ -290,10 +363,7 @@ static int on_curl_socket(CURL *e, curl_socket_t s, int what, void *userp, void 
 		k->fd = s;
 		k->client = c;
 		k->poll.data = k;
-		k->next = c->socks;
-		if (c->socks)
-			c->socks->prev = k;
-		c->socks = k;
+		list_add_tail(&c->socks, &k->node);
 		c->handles++;
 		curl_multi_assign(c->multi, s, k);
 	}
@@ -377,6 +447,8 @@ static int call_setup(struct http_client *c, struct http_client_call *call,
 	curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(e, CURLOPT_HEADERDATA, call);
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, call->errbuf);
+	if (c->cfg.forbid_reuse)
+		curl_easy_setopt(e, CURLOPT_FORBID_REUSE, 1L);
 	if (req->body || (req->method && strcmp(req->method, "POST") == 0)) {
 		curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
 		curl_easy_setopt(e, CURLOPT_POSTFIELDS, call->body ? call->body : "");
@@ -386,6 +458,23 @@ static int call_setup(struct http_client *c, struct http_client_call *call,
 	if (curl_easy_setopt(e, CURLOPT_URL, req->url) != CURLE_OK)
 		return -EINVAL;
 	return 0;
+}
+
+/* Drives curl now, so that a request just added is connected or written before
+ * http_client_send() returns. Not from inside curl (busy): curl's 0-ms timer drives it then.
+ * What ended here waits on c->done for a later loop entry (the idle handle, or this client's
+ * next timer or socket event), never for the send itself. */
+static void kick(struct http_client *c)
+{
+	int running;
+
+	if (c->busy)
+		return;
+	c->busy++;
+	curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+	c->busy--;
+	if (collect(c))
+		uv_idle_start(&c->defer, on_defer);
 }
 
 int http_client_send(struct http_client *c, const struct http_client_request *req,
@@ -404,7 +493,8 @@ int http_client_send(struct http_client *c, const struct http_client_request *re
 	call->cb = cb;
 	call->data = data;
 	call->started = uv_now(c->loop);
-	if (!(call->easy = curl_easy_init()))
+	list_init(&call->node);
+	if (!(call->easy = easy_get(c)))
 		err = -ENOMEM;
 	else
 		err = call_setup(c, call, req);
@@ -414,13 +504,14 @@ int http_client_send(struct http_client *c, const struct http_client_request *re
 		call_free(call);
 		return err;
 	}
-	call->next = c->calls;
-	if (c->calls)
-		c->calls->prev = call;
-	c->calls = call;
+	list_add_tail(&c->calls, &call->node);
 	c->pending++;
+	c->stats.requests++;
 	if (out)
 		*out = call;
+	uint64_t before = c->done_seq;
+	kick(c);
+	c->stats.deferred += c->done_seq - before;
 	return 0;
 }
 
@@ -428,9 +519,11 @@ void http_client_cancel(struct http_client_call *call)
 {
 	struct http_client *c = call->client;
 
-	c->busy++;
-	curl_multi_remove_handle(c->multi, call->easy);
-	c->busy--;
+	if (!call->finished) {
+		c->busy++;
+		curl_multi_remove_handle(c->multi, call->easy);
+		c->busy--;
+	}
 	call_finish(call, HTTP_CLIENT_CANCELLED);
 }
 
@@ -447,6 +540,11 @@ unsigned http_client_pending(const struct http_client *c)
 	return c->pending;
 }
 
+void http_client_get_stats(const struct http_client *c, struct http_client_stats *out)
+{
+	*out = c->stats;
+}
+
 /* ---- lifetime ---- */
 
 int http_client_new(uv_loop_t *loop, const struct http_client_config *cfg, struct http_client **out)
@@ -461,14 +559,25 @@ int http_client_new(uv_loop_t *loop, const struct http_client_config *cfg, struc
 		c->cfg = *cfg;
 	else
 		http_client_config_defaults(&c->cfg);
-	if (!(c->multi = curl_multi_init())) {
+	if (c->cfg.idle_handles > HTTP_CLIENT_MAX_IDLE_HANDLES) {
+		free(c);
+		return -EINVAL;
+	}
+	if ((c->cfg.idle_handles && !(c->idle = calloc(c->cfg.idle_handles, sizeof(CURL *)))) ||
+	    !(c->multi = curl_multi_init())) {
+		free(c->idle);
 		free(c);
 		return -ENOMEM;
 	}
 	c->loop = loop;
+	list_init(&c->calls);
+	list_init(&c->done);
+	list_init(&c->socks);
 	uv_timer_init(loop, &c->timer);
 	c->timer.data = c;
-	c->handles = 1;
+	uv_idle_init(loop, &c->defer);
+	c->defer.data = c;
+	c->handles = 2;
 	curl_multi_setopt(c->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket);
 	curl_multi_setopt(c->multi, CURLMOPT_SOCKETDATA, c);
 	curl_multi_setopt(c->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
@@ -486,10 +595,14 @@ static void finalize(struct http_client *c)
 	curl_multi_cleanup(c->multi); /* closes cached connections: their polls go */
 	c->busy--;
 	c->multi = NULL;
-	while (c->socks)
-		sock_close(c->socks);
+	while (!list_empty(&c->socks))
+		sock_close(list_entry(c->socks.next, struct sock, node));
+	while (c->nidle)
+		curl_easy_cleanup(c->idle[--c->nidle]);
 	uv_timer_stop(&c->timer);
-	uv_close((uv_handle_t *)&c->timer, on_timer_closed);
+	uv_close((uv_handle_t *)&c->timer, on_own_handle_closed);
+	uv_idle_stop(&c->defer);
+	uv_close((uv_handle_t *)&c->defer, on_own_handle_closed);
 }
 
 void http_client_close(struct http_client *c, http_client_close_cb cb, void *data)
@@ -499,8 +612,10 @@ void http_client_close(struct http_client *c, http_client_close_cb cb, void *dat
 	c->closing = true;
 	c->close_cb = cb;
 	c->close_data = data;
-	while (c->calls)
-		http_client_cancel(c->calls);
+	while (!list_empty(&c->done))
+		http_client_cancel(list_entry(c->done.next, struct http_client_call, node));
+	while (!list_empty(&c->calls))
+		http_client_cancel(list_entry(c->calls.next, struct http_client_call, node));
 	if (c->busy == 0)
 		finalize(c);
 }

@@ -278,7 +278,7 @@ static void maybe_continue(struct http_conn *c, struct http_request *req)
 
 	if (!e || strcasecmp(e, "100-continue") != 0)
 		return;
-	if (c->head == req)
+	if (conn_head(c) == req)
 		conn_continue(c);
 	else
 		req->want_continue = true;
@@ -526,7 +526,7 @@ int http_respond(struct http_request *req, int status, const char *content_type,
 		len = 0;
 	}
 	/* A closing server ends the connection after its last request. */
-	if (c->srv->closing && req == c->tail && !c->cur)
+	if (c->srv->closing && req == conn_tail(c) && !c->cur)
 		req->close_after = true;
 	if (req->close_after)
 		c->close_after = true;

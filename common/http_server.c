@@ -42,7 +42,7 @@ void http_server_config_defaults(struct http_server_config *c)
 
 static void server_maybe_done(struct http_server *s)
 {
-	if (!s->closing || !s->listening_closed || s->conns)
+	if (!s->closing || !s->listening_closed || !list_empty(&s->conns))
 		return;
 	if (s->close_cb)
 		s->close_cb(s, s->close_data);
@@ -53,21 +53,18 @@ static void server_maybe_done(struct http_server *s)
 /* Frees every request that no handler still holds; returns true when none is left. */
 static bool purge_requests(struct http_conn *c)
 {
-	struct http_request **pp = &c->head, *req;
+	struct list_node *n, *tmp;
 
 	c->cur = NULL;
-	c->tail = NULL;
-	while ((req = *pp)) {
-		if (req->handed && !req->done) {
-			c->tail = req;
-			pp = &req->next;
+	list_for_each_safe (n, tmp, &c->reqs) {
+		struct http_request *req = list_entry(n, struct http_request, node);
+		if (req->handed && !req->done)
 			continue;
-		}
-		*pp = req->next;
+		list_del(&req->node);
 		c->queued--;
 		request_free(req);
 	}
-	return c->head == NULL;
+	return list_empty(&c->reqs);
 }
 
 static void conn_release(struct http_conn *c)
@@ -76,12 +73,7 @@ static void conn_release(struct http_conn *c)
 
 	if (c->handles > 0 || !purge_requests(c))
 		return;
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		s->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	list_del(&c->node);
 	s->stats.open--;
 	free(c->pending);
 	free(c);
@@ -118,7 +110,7 @@ static void on_timer(uv_timer_t *t)
 		conn_close(c);
 	} else if (c->cur) {
 		conn_fail(c, 408, "request_timeout", "The request was not received in time.");
-	} else if (!c->head) {
+	} else if (list_empty(&c->reqs)) {
 		conn_close(c); /* idle keep-alive connection */
 	}
 }
@@ -178,7 +170,7 @@ static void on_write(uv_write_t *w, int status)
 		uv_timer_stop(&c->wtimer);
 	if (status < 0)
 		conn_close(c);
-	else if (c->close_after && !c->head && !c->cur && !c->writes)
+	else if (c->close_after && list_empty(&c->reqs) && !c->cur && !c->writes)
 		conn_shutdown(c);
 	else
 		conn_maybe_resume(c);
@@ -259,11 +251,7 @@ void conn_continue(struct http_conn *c)
 
 void conn_enqueue(struct http_conn *c, struct http_request *req)
 {
-	if (c->tail)
-		c->tail->next = req;
-	else
-		c->head = req;
-	c->tail = req;
+	list_add_tail(&c->reqs, &req->node);
 	c->queued++;
 }
 
@@ -327,7 +315,7 @@ static void conn_parse(struct http_conn *c, const char *data, size_t len)
 		break;
 	}
 	c->in_parse = false;
-	if (c->close_after && !c->head && !c->cur && !c->writes)
+	if (c->close_after && list_empty(&c->reqs) && !c->cur && !c->writes)
 		conn_shutdown(c);
 }
 
@@ -387,12 +375,10 @@ void conn_flush(struct http_conn *c)
 		conn_release(c);
 		return;
 	}
-	while ((req = c->head) && req->done) {
+	while ((req = conn_head(c)) && req->done) {
 		bool last = req->close_after || !req->out.len;
 		size_t len = req->out.len;
-		c->head = req->next;
-		if (!c->head)
-			c->tail = NULL;
+		list_del(&req->node);
 		c->queued--;
 		c->srv->stats.responses++;
 		if (len)
@@ -404,11 +390,12 @@ void conn_flush(struct http_conn *c)
 		}
 	}
 	conn_maybe_resume(c);
-	if (c->head && !c->head->done && c->head->want_continue && !c->head->complete) {
-		c->head->want_continue = false; /* its turn: the answers before it are written */
+	req = conn_head(c);
+	if (req && !req->done && req->want_continue && !req->complete) {
+		req->want_continue = false; /* its turn: the answers before it are written */
 		conn_continue(c);
 	}
-	if (c->closing || c->head || c->cur)
+	if (c->closing || req || c->cur)
 		return;
 	if (c->close_after || c->srv->closing) {
 		c->close_after = true;
@@ -433,17 +420,10 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
 /* The client closed its side: answer what was complete, drop a partial request. */
 static void conn_eof(struct http_conn *c)
 {
-	struct http_request **pp = &c->head;
-
 	conn_stop_reading(c);
 	c->close_after = true;
 	if (c->cur) {
-		while (*pp != c->cur)
-			pp = &(*pp)->next;
-		*pp = NULL;
-		c->tail = NULL;
-		for (struct http_request *r = c->head; r; r = r->next)
-			c->tail = r;
+		list_del(&c->cur->node);
 		c->queued--;
 		request_free(c->cur);
 		c->cur = NULL;
@@ -513,10 +493,8 @@ static struct http_conn *conn_new(struct http_server *s)
 	c->timer.data = c;
 	c->wtimer.data = c;
 	c->handles = 3;
-	c->next = s->conns;
-	if (s->conns)
-		s->conns->prev = c;
-	s->conns = c;
+	list_init(&c->reqs);
+	list_add_tail(&s->conns, &c->node);
 	s->stats.open++;
 	llhttp_init(&c->parser, HTTP_REQUEST, &s->settings);
 	c->parser.data = c;
@@ -590,6 +568,7 @@ int http_server_new(uv_loop_t *loop, const struct http_server_config *cfg,
 	if (!(s = calloc(1, sizeof(*s))))
 		return -ENOMEM;
 	s->loop = loop;
+	list_init(&s->conns);
 	if (cfg)
 		s->cfg = *cfg;
 	else
@@ -635,7 +614,7 @@ void http_server_stats(const struct http_server *s, struct http_server_stats *ou
 
 void http_server_close(struct http_server *s, http_server_close_cb cb, void *data)
 {
-	struct http_conn *c, *next;
+	struct list_node *n, *tmp;
 
 	if (s->closing)
 		return;
@@ -643,9 +622,9 @@ void http_server_close(struct http_server *s, http_server_close_cb cb, void *dat
 	s->close_cb = cb;
 	s->close_data = data;
 	uv_close((uv_handle_t *)&s->listener, on_listener_closed);
-	for (c = s->conns; c; c = next) {
-		next = c->next;
-		if (c->head || c->cur)
+	list_for_each_safe (n, tmp, &s->conns) {
+		struct http_conn *c = list_entry(n, struct http_conn, node);
+		if (!list_empty(&c->reqs) || c->cur)
 			continue; /* answered first; the last answer closes it */
 		c->close_after = true;
 		if (c->writes)

@@ -5,6 +5,7 @@
 
 #include "http_buf.h"
 #include "http_server.h"
+#include "list.h"
 
 #include <llhttp.h>
 
@@ -22,10 +23,10 @@ struct hdr {
 };
 
 struct http_request {
-	struct http_conn *conn;	   /* owning connection (freed after its last request) */
-	struct http_request *next; /* response queue order */
-	struct http_buf arena;	   /* url NUL, then name NUL value NUL ... */
-	struct hdr *hdrs;	   /* owned, nhdrs entries */
+	struct http_conn *conn; /* owning connection (freed after its last request) */
+	struct list_node node;	/* in conn->reqs, response order */
+	struct http_buf arena;	/* url NUL, then name NUL value NUL ... */
+	struct hdr *hdrs;	/* owned, nhdrs entries */
 	unsigned nhdrs, hdr_cap;
 	bool in_value; /* the parser's last header callback was a value */
 	size_t url_len, hdr_bytes;
@@ -55,12 +56,12 @@ struct http_conn {
 	uv_timer_t wtimer; /* write progress, while writes are in flight */
 	uv_shutdown_t shutdown;
 	struct http_server *srv;
-	struct http_conn *prev, *next; /* server's list */
+	struct list_node node; /* in srv->conns */
 	llhttp_t parser;
-	struct http_request *head, *tail; /* every request not yet written, in order */
-	unsigned queued;		  /* requests in the list */
-	struct http_request *cur;	  /* the request being parsed (also the tail) */
-	char *pending;			  /* unparsed input kept while paused (owned) */
+	struct list_node reqs;	  /* every request not yet written, in order */
+	unsigned queued;	  /* requests in the list */
+	struct http_request *cur; /* the request being parsed (also the tail) */
+	char *pending;		  /* unparsed input kept while paused (owned) */
 	size_t pending_len;
 	int handles;	  /* uv handles not yet closed (tcp, timer, wtimer) */
 	unsigned writes;  /* writes in flight */
@@ -82,7 +83,7 @@ struct http_server {
 	struct http_server_config cfg;
 	struct route *routes;
 	size_t nroutes;
-	struct http_conn *conns;
+	struct list_node conns; /* open connections (struct http_conn) */
 	struct http_server_stats stats;
 	llhttp_settings_t settings;
 	bool listening_closed, closing;
@@ -92,6 +93,18 @@ struct http_server {
 	time_t date_sec;	     /* second the cached Date header was made for */
 	char date[40];		     /* "Date: <IMF-fixdate>\r\n", remade once a second */
 };
+
+/* The oldest request not yet written (the next to answer), or NULL. */
+static inline struct http_request *conn_head(const struct http_conn *c)
+{
+	return list_empty(&c->reqs) ? NULL : list_entry(c->reqs.next, struct http_request, node);
+}
+
+/* The newest request (the one being parsed, if any), or NULL. */
+static inline struct http_request *conn_tail(const struct http_conn *c)
+{
+	return list_empty(&c->reqs) ? NULL : list_entry(c->reqs.prev, struct http_request, node);
+}
 
 /* http_request.c */
 void http_parser_settings(llhttp_settings_t *s);

@@ -178,12 +178,7 @@ static void delayed_fire(struct stub_delayed *d)
 	if (d->retry_after[0])
 		http_response_header(d->req, "Retry-After", d->retry_after);
 	http_respond(d->req, d->status, "application/json", d->body, strlen(d->body));
-	if (d->prev)
-		d->prev->next = d->next;
-	else
-		s->delayed = d->next;
-	if (d->next)
-		d->next->prev = d->prev;
+	list_del(&d->node);
 	s->closing_handles++;
 	uv_close((uv_handle_t *)&d->timer, on_delayed_closed);
 }
@@ -207,10 +202,7 @@ static void answer(struct stub *s, struct http_request *req, uint64_t slow_ms, i
 			snprintf(d->retry_after, sizeof(d->retry_after), "%s", retry_after);
 		uv_timer_init(s->loop, &d->timer);
 		d->timer.data = d;
-		d->next = s->delayed;
-		if (s->delayed)
-			s->delayed->prev = d;
-		s->delayed = d;
+		list_add_tail(&s->delayed, &d->node);
 		uv_timer_start(&d->timer, on_delayed, slow_ms, 0);
 		return;
 	}
@@ -633,6 +625,6 @@ void stub_calls_free(struct stub *s)
 
 void stub_delayed_flush(struct stub *s)
 {
-	while (s->delayed)
-		delayed_fire(s->delayed);
+	while (!list_empty(&s->delayed))
+		delayed_fire(list_entry(s->delayed.next, struct stub_delayed, node));
 }

@@ -123,7 +123,9 @@ int stub_config_orgs(struct stub *s, const void *json);
 /* Returns the bound port. */
 int stub_port(const struct stub *s);
 
-/* Returns the ground truth as a JSON text (malloc'ed; the caller frees it). */
+/* Returns the ground truth as a JSON text (malloc'ed; the caller frees it): counters of
+ * requests, calls and events, per org and campaign, and connections_accepted (TCP connections
+ * the stub's server accepted: a client that keeps its connection alive shows as 1). */
 char *stub_stats_json(struct stub *s);
 
 /* Stops listening, ends nothing (live calls stay counted), cancels pending event posts and

@@ -40,6 +40,10 @@ char *stub_stats_json(struct stub *s)
 {
 	cJSON *j = cJSON_CreateObject();
 	struct stats_ctx ctx;
+	struct http_server_stats ss = { .accepted = s->accepted_at_close };
+
+	if (s->server && !s->server_closed)
+		http_server_stats(s->server, &ss);
 	const struct {
 		const char *name;
 		uint64_t v;
@@ -61,13 +65,15 @@ char *stub_stats_json(struct stub *s)
 		{ "events_reordered", s->events_reordered },
 		{ "events_early", s->events_early },
 		{ "events_pending", 0 },
+		{ "connections_accepted", ss.accepted },
 	};
 	char *out;
 
 	for (size_t i = 0; i < sizeof(top) / sizeof(top[0]); i++)
 		cJSON_AddNumberToObject(j, top[i].name, (double)top[i].v);
 	unsigned pending = 0;
-	for (struct stub_event *e = s->events; e; e = e->next)
+	struct list_node *n, *tmp;
+	list_for_each_safe (n, tmp, &s->events)
 		pending++;
 	cJSON_ReplaceItemInObject(j, "events_pending", cJSON_CreateNumber(pending));
 	ctx.obj = cJSON_AddObjectToObject(j, "outcomes");
@@ -248,6 +254,8 @@ int stub_new(uv_loop_t *loop, const struct stub_config *cfg, struct stub **out)
 		return -ENOMEM;
 	s->loop = loop;
 	s->cfg = *cfg;
+	list_init(&s->events);
+	list_init(&s->delayed);
 	const struct http_route routes[] = {
 		{ "POST", "/calls", 64 * 1024, stub_handle_dial, s },
 		{ "GET", "/stats", 0, h_stats, s },
@@ -318,7 +326,10 @@ static void on_server_closed(struct http_server *srv, void *data)
 {
 	struct stub *s = data;
 
-	(void)srv;
+	struct http_server_stats ss;
+
+	http_server_stats(srv, &ss);
+	s->accepted_at_close = ss.accepted;
 	s->server_closed = true;
 	stub_maybe_done(s);
 }

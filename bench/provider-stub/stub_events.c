@@ -56,12 +56,7 @@ static void event_free(struct stub_event *e)
 	struct stub *s = e->stub;
 
 	event_reply(e);
-	if (e->prev)
-		e->prev->next = e->next;
-	else
-		s->events = e->next;
-	if (e->next)
-		e->next->prev = e->prev;
+	list_del(&e->node);
 	s->closing_handles++;
 	uv_close((uv_handle_t *)&e->timer, on_event_closed);
 }
@@ -138,10 +133,7 @@ static struct stub_event *event_new(struct stub *s, const char *url, const char 
 	e->len = len;
 	uv_timer_init(s->loop, &e->timer);
 	e->timer.data = e;
-	e->next = s->events;
-	if (s->events)
-		s->events->prev = e;
-	s->events = e;
+	list_add_tail(&s->events, &e->node);
 	return e;
 }
 
@@ -309,8 +301,8 @@ static void close_call_timer(const char *key, void *val, void *data)
 void stub_events_close(struct stub *s)
 {
 	map_each(&s->calls, close_call_timer, NULL);
-	while (s->events) {
-		struct stub_event *e = s->events;
+	while (!list_empty(&s->events)) {
+		struct stub_event *e = list_entry(s->events.next, struct stub_event, node);
 		if (e->inflight)
 			http_client_cancel(e->inflight); /* on_posted frees it */
 		else

@@ -5,6 +5,7 @@
 
 #include "http_client.h"
 #include "http_server.h"
+#include "list.h"
 #include "stub.h"
 #include "stub_map.h"
 
@@ -37,8 +38,8 @@ struct stub_call {
 
 struct stub_event {
 	struct stub *stub;
-	struct stub_event *prev, *next;
-	uv_timer_t timer; /* delay (reorder) and retry back-off */
+	struct list_node node; /* in stub->events */
+	uv_timer_t timer;      /* delay (reorder) and retry back-off */
 	struct http_client_call *inflight;
 	char *url, *body;
 	size_t len;
@@ -50,7 +51,7 @@ struct stub_event {
 /* A dial answered later (slow mode). */
 struct stub_delayed {
 	struct stub *stub;
-	struct stub_delayed *prev, *next;
+	struct list_node node; /* in stub->delayed */
 	uv_timer_t timer;
 	struct http_request *req;
 	int status;
@@ -63,20 +64,21 @@ struct stub {
 	struct stub_config cfg;
 	struct http_server *server;
 	struct http_client *client;
-	struct map calls;     /* key -> struct stub_call */
-	struct map orgs;      /* org id -> struct stub_org */
-	struct map campaigns; /* campaign id -> struct stub_campaign */
-	struct map attempts;  /* "contact|attempt" -> first key (strdup) */
-	struct map key_tries; /* key -> request count (uintptr_t) */
-	struct map call_ids;  /* call id -> struct stub_call (borrowed) */
-	struct stub_event *events;
-	struct stub_delayed *delayed;
-	char *cb_in, *cb_out; /* the last accepted callback_url and its checked form (owned) */
+	struct map calls;	  /* key -> struct stub_call */
+	struct map orgs;	  /* org id -> struct stub_org */
+	struct map campaigns;	  /* campaign id -> struct stub_campaign */
+	struct map attempts;	  /* "contact|attempt" -> first key (strdup) */
+	struct map key_tries;	  /* key -> request count (uintptr_t) */
+	struct map call_ids;	  /* call id -> struct stub_call (borrowed) */
+	struct list_node events;  /* event posts not finished (struct stub_event) */
+	struct list_node delayed; /* dials answered later (struct stub_delayed) */
+	char *cb_in, *cb_out;	  /* the last accepted callback_url and its checked form (owned) */
 	uint64_t next_id;
 	uint64_t requests, placed, replays, duplicates, throttled_429, throttled_body;
 	uint64_t errors_5xx, rejected, live, max_live;
 	uint64_t events_sent, events_failed, events_dropped, events_duplicated;
 	uint64_t events_reordered, events_early;
+	uint64_t accepted_at_close; /* the server's accepted connections, once it is gone */
 	uint64_t outcomes[STUB_OUTCOMES];
 	int closing_handles; /* uv handles still closing */
 	bool closing, server_closed, client_closed;

@@ -81,23 +81,45 @@ static void on_deadline(uv_timer_t *t)
 	*(bool *)t->data = true;
 }
 
-static void on_deadline_closed(uv_handle_t *h)
+static void on_wait_closed(uv_handle_t *h)
 {
+}
+
+struct wait {
+	struct harness *h;
+	bool (*done)(struct harness *, const void *);
+	const void *arg;
+};
+
+/* Before the loop blocks for I/O: a condition met by a timer or idle callback of this
+ * iteration must not wait for the next event to be seen. */
+static void on_wait_prepare(uv_prepare_t *p)
+{
+	struct wait *w = p->data;
+
+	if (w->done(w->h, w->arg))
+		uv_stop(p->loop);
 }
 
 /* Runs the loop until done(h, arg) holds, failing the test after HARNESS_DEADLINE_MS. */
 static void wait_for(struct harness *h, bool (*done)(struct harness *, const void *),
 		     const void *arg)
 {
+	struct wait w = { h, done, arg };
 	uv_timer_t t;
+	uv_prepare_t p;
 	bool expired = false;
 
 	uv_timer_init(&h->loop, &t);
 	t.data = &expired;
 	uv_timer_start(&t, on_deadline, HARNESS_DEADLINE_MS, 0);
+	uv_prepare_init(&h->loop, &p);
+	p.data = &w;
+	uv_prepare_start(&p, on_wait_prepare);
 	while (!done(h, arg) && !expired)
 		uv_run(&h->loop, UV_RUN_ONCE);
-	uv_close((uv_handle_t *)&t, on_deadline_closed);
+	uv_close((uv_handle_t *)&t, on_wait_closed);
+	uv_close((uv_handle_t *)&p, on_wait_closed);
 	uv_run(&h->loop, UV_RUN_NOWAIT);
 	assert_false(expired);
 }
