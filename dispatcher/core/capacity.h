@@ -15,10 +15,11 @@
  *
  *  V1  Where the inputs come from. Limits, running counts (per campaign, per agent, the
  *      system's), k (waiting direct dials) and the installed floors are the gate's live
- *      state, read in one step (fairshare_gate.h; the Redis gate answers the same in one round
- *      trip). `active` for a batch campaign is the refresher's view: the active set it
- *      computed the installed floors for, stored with them as their metadata (C5: active is
- *      decided by the refresher, which sees the queue; the gate does not). The direct
+ *      state, read in one step (capacity_from_gate() for the C model; the Redis gate's read
+ *      call fills the same structs in one round trip). `active` for a batch campaign is the
+ *      refresher's view: the active set it computed the installed floors for, stored with them
+ *      as their metadata (C5's active depends on claimed, pending and due contacts, which the
+ *      refresher reads and the gate does not). The direct
  *      pseudo-campaign is active while k >= 1 — the gate's own live count (R1), since direct
  *      dials register with the gate itself. `state` (running/paused/stopped) is the campaign
  *      row's. A pause therefore shows at once in the paused campaign's own answer (R12) and in
@@ -26,7 +27,8 @@
  *      the active set changes, C5).
  *  V2  The snapshot lists every campaign with a floor installed or calls running, the direct
  *      pseudo-campaign included (C12: "d runs over every other campaign with floors or running
- *      calls"); org_running is the sum of their running counts.
+ *      calls"); org_running is the sum of their running counts (derived, not a second input
+ *      that could disagree with them).
  *  V3  With floors valid, every figure follows C12 and R10..R12 literally, computed from the
  *      installed floors: guaranteed_floor = floor(c); reserved_for_other_campaigns = sum of
  *      the floors of the other active campaigns (direct included); effective_limit =
