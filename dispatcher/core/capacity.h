@@ -28,7 +28,8 @@
  *  V2  The snapshot lists every campaign with a floor installed or calls running, the direct
  *      pseudo-campaign included (C12: "d runs over every other campaign with floors or running
  *      calls"); org_running is the sum of their running counts (derived, not a second input
- *      that could disagree with them).
+ *      that could disagree with them). A campaign the gate holds nothing for (no floor, no
+ *      call) is answered by adding it to the snapshot with zero counts, inactive.
  *  V3  With floors valid, every figure follows C12 and R10..R12 literally, computed from the
  *      installed floors: guaranteed_floor = floor(c); reserved_for_other_campaigns = sum of
  *      the floors of the other active campaigns (direct included); effective_limit =

@@ -334,6 +334,16 @@ static void organisation_term(void **state)
 	fx_view(&f, A, &a);
 	want(&a, 20, "the organisation limit of 20 lines", 13);
 	want_fair_share(&a, 1, 20, 0);
+	/* Against A's ceiling: below, at (the narrower wins) and above the organisation term. */
+	assert_int_equal(fairshare_gate_set_ceiling(&f.g, A, 19), 0);
+	fx_view(&f, A, &a);
+	want(&a, 19, "the campaign's max_concurrent_calls of 19", 12);
+	assert_int_equal(fairshare_gate_set_ceiling(&f.g, A, 20), 0);
+	fx_view(&f, A, &a);
+	want(&a, 20, "the campaign's max_concurrent_calls of 20", 13);
+	assert_int_equal(fairshare_gate_set_ceiling(&f.g, A, 21), 0);
+	fx_view(&f, A, &a);
+	want(&a, 20, "the organisation limit of 20 lines", 13);
 	/* B was active and took 5 lines; then it was paused and the refresher installed 20/0. */
 	fx_setup(&f, 3, D);
 	fx_start(&f, 20, UNSET, 0);
