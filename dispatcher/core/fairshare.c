@@ -2,6 +2,8 @@
  * The readings of the SPEC this implements are listed in fairshare.h (R1..R13). */
 #include "fairshare.h"
 
+#include "capacity.h"
+
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -41,16 +43,6 @@ struct cand {
 	uint32_t idx;
 };
 
-/* Sums over the inputs, once floors are known. */
-struct totals {
-	int64_t org_running; /* sum of running */
-	int64_t hold;	     /* sum of max(floor, running) */
-	int64_t floors;	     /* sum of floors */
-	int64_t shortfall;   /* sum of batch shortfalls */
-	uint32_t active;
-	uint32_t direct_reserve;
-};
-
 struct ctx {
 	const struct fairshare_org *org;
 	const struct fairshare_campaign *in;
@@ -62,9 +54,10 @@ struct ctx {
 	struct item *items;
 	struct frac *fluid;
 	struct cand *cands;
-	int64_t *acc;	      /* accumulated deficit per input */
-	int64_t *agent_room;  /* per agent: cap minus the group's floors */
-	int64_t *agent_short; /* per agent: sum of its batch campaigns' shortfall */
+	int64_t *acc;			/* accumulated deficit per input */
+	int64_t *agent_room;		/* per agent: cap minus the group's floors */
+	uint64_t *agent_short;		/* per agent: the capacity view's shortfall sums */
+	struct capacity_campaign *view; /* the capacity view's input: fresh floors as installed */
 	uint32_t n_members;
 	uint32_t n_items;
 };
@@ -81,7 +74,8 @@ size_t fairshare_work_size(uint32_t n, uint32_t n_agents)
 
 	return align8(m * sizeof(struct member)) + align8(m * sizeof(struct item)) +
 	       align8(m * sizeof(struct frac)) + align8(m * sizeof(struct cand)) +
-	       align8(m * sizeof(int64_t)) + 2 * align8(a * sizeof(int64_t));
+	       align8(m * sizeof(int64_t)) + 2 * align8(a * sizeof(int64_t)) +
+	       align8(m * sizeof(struct capacity_campaign));
 }
 
 static void *carve(char **p, size_t bytes)
@@ -104,7 +98,8 @@ static void work_setup(struct ctx *x, void *work)
 	x->cands = carve(&p, m * sizeof(struct cand));
 	x->acc = carve(&p, m * sizeof(int64_t));
 	x->agent_room = carve(&p, a * sizeof(int64_t));
-	x->agent_short = carve(&p, a * sizeof(int64_t));
+	x->agent_short = carve(&p, a * sizeof(uint64_t));
+	x->view = carve(&p, m * sizeof(struct capacity_campaign));
 	x->n_members = 0;
 	x->n_items = 0;
 }
@@ -405,135 +400,52 @@ static int round_floors(struct ctx *x, int64_t sum)
 	return floors == sum ? 0 : -ENOTRECOVERABLE; /* unreachable: R4 proves room exists */
 }
 
-static void sum_totals(struct ctx *x, struct totals *t)
+/* The capacity view's snapshot of this recompute: its fresh floors read as installed and valid,
+ * its active set, its k (capacity.h V1..V3), so C12's figures are the view's. */
+static void view_input(const struct ctx *x, struct capacity_org *org)
 {
-	*t = (struct totals){ 0 };
-	for (uint32_t a = 0; a < x->org->n_agents; a++)
-		x->agent_short[a] = 0;
+	const struct fairshare_org *o = x->org;
+
+	*org = (struct capacity_org){
+		.system_limit = o->system_limit,
+		.system_running = o->system_running,
+		.org_limit = o->org_limit,
+		.per_agent = o->per_agent,
+		.enforced = o->enforced,
+		.floors_valid = true,
+		.direct_waiting = x->direct != NONE ? x->in[x->direct].waiting : 0,
+		.agent_running = o->agent_running,
+		.n_agents = o->n_agents,
+	};
 	for (uint32_t i = 0; i < x->n; i++) {
 		const struct fairshare_campaign *c = &x->in[i];
-		struct fairshare_result *o = &x->out[i];
 
-		o->shortfall = o->floor > c->running ? o->floor - c->running : 0;
-		t->org_running += c->running;
-		t->hold += o->floor > c->running ? o->floor : c->running;
-		t->floors += o->floor;
-		t->active += o->active;
-		if (c->direct)
-			continue;
-		t->shortfall += o->shortfall;
-		if (gated(x, c))
-			x->agent_short[c->agent] += o->shortfall;
-	}
-	if (x->direct != NONE && x->in[x->direct].waiting > 0) {
-		uint32_t k = x->in[x->direct].waiting;
-		uint32_t fd = x->out[x->direct].floor > 1 ? x->out[x->direct].floor : 1;
-
-		t->direct_reserve = k < fd ? k : fd;
+		x->view[i] = (struct capacity_campaign){
+			.id = c->id,
+			.running = c->running,
+			.floor = x->out[i].floor,
+			.ceiling = c->ceiling,
+			.agent = c->agent,
+			.state = c->state,
+			.active = x->out[i].active,
+			.direct = c->direct,
+		};
 	}
 }
 
-static int64_t min64(int64_t a, int64_t b)
+static void capacity(const struct ctx *x, const struct capacity_org *org,
+		     const struct capacity_sums *sums, uint32_t i)
 {
-	return a < b ? a : b;
-}
-
-static int64_t max64(int64_t a, int64_t b)
-{
-	return a > b ? a : b;
-}
-
-static int64_t system_room(const struct fairshare_org *org)
-{
-	return max64(0, (int64_t)org->system_limit - org->system_running);
-}
-
-/* Calls the gate would admit for input i now, in a row, enforcement on (R7, R8, R12). */
-static int64_t admissible(const struct ctx *x, const struct totals *t, uint32_t i)
-{
-	const struct fairshare_campaign *c = &x->in[i];
-	int64_t L = x->org->org_limit, O = t->org_running, r = c->running;
-	int64_t f = x->out[i].floor, sh = x->out[i].shortfall;
-	int64_t n = system_room(x->org), fair;
-
-	if (c->direct) {
-		n = min64(n, L - O);
-		fair = max64(max64(f, 1) - r, L - t->shortfall - O);
-	} else {
-		int64_t R = t->direct_reserve;
-		int64_t borrow = L - R - (t->shortfall - sh) - O;
-
-		n = min64(n, L - R - O);
-		if (gated(x, c)) {
-			int64_t ar = x->org->agent_running[c->agent];
-
-			n = min64(n, (int64_t)x->cap - ar);
-			borrow = min64(borrow, x->cap - ar - (x->agent_short[c->agent] - sh));
-		}
-		if (c->ceiling != FAIRSHARE_UNLIMITED)
-			n = min64(n, (int64_t)c->ceiling - r);
-		fair = max64(f - r, borrow);
-	}
-	return max64(0, min64(n, fair));
-}
-
-static void bind(struct fairshare_result *o, int64_t *best, int64_t v, enum fairshare_limit by,
-		 uint32_t value)
-{
-	if (v < *best) {
-		*best = v;
-		o->limited_by = by;
-		o->limited_by_value = value;
-	}
-}
-
-/* effective_limit and its binding term (C12, R11). Terms are offered narrowest first, and a
- * later term replaces the binding one only when strictly smaller, so ties keep the narrower. */
-static void effective(const struct ctx *x, const struct totals *t, uint32_t i)
-{
-	const struct fairshare_campaign *c = &x->in[i];
 	struct fairshare_result *o = &x->out[i];
-	int64_t r = c->running, f = o->floor;
-	int64_t others = t->hold - max64(f, r);
-	int64_t best = INT64_MAX;
-	bool shared;
+	struct capacity_answer a;
 
-	if (!c->direct && c->ceiling != FAIRSHARE_UNLIMITED)
-		bind(o, &best, c->ceiling, FAIRSHARE_BY_CEILING, c->ceiling);
-	if (gated(x, c))
-		bind(o, &best, r + max64(0, (int64_t)x->cap - x->org->agent_running[c->agent]),
-		     FAIRSHARE_BY_AGENT, x->cap);
-	shared = others > 0 && t->active >= 2; /* R11 */
-	bind(o, &best, max64(f, x->org->org_limit - others),
-	     shared ? FAIRSHARE_BY_FAIR_SHARE : FAIRSHARE_BY_ORG,
-	     shared ? t->active : x->org->org_limit);
-	bind(o, &best, r + system_room(x->org), FAIRSHARE_BY_SYSTEM, x->org->system_limit);
-	o->effective_limit = (uint32_t)best;
-}
-
-static void capacity(const struct ctx *x, const struct totals *t, uint32_t i)
-{
-	const struct fairshare_campaign *c = &x->in[i];
-	struct fairshare_result *o = &x->out[i];
-
-	o->reserved_for_other_campaigns = (uint32_t)(t->floors - o->floor);
-	if (x->org->enforced) {
-		effective(x, t, i);
-		o->available_now = (uint32_t)admissible(x, t, i);
-	} else {
-		o->available_now = (uint32_t)system_room(x->org);
-		o->effective_limit = c->running + o->available_now;
-		o->limited_by = FAIRSHARE_BY_ENFORCEMENT_OFF;
-		o->limited_by_value = 0;
-	}
-	if (c->state != FAIRSHARE_RUNNING) {
-		o->available_now = 0;
-		if (o->effective_limit > c->running)
-			o->effective_limit = c->running;
-		o->limited_by =
-			c->state == FAIRSHARE_PAUSED ? FAIRSHARE_BY_PAUSED : FAIRSHARE_BY_STOPPED;
-		o->limited_by_value = 0;
-	}
+	capacity_answer(org, x->view, sums, x->agent_short, i, &a);
+	o->shortfall = o->floor > x->in[i].running ? o->floor - x->in[i].running : 0;
+	o->effective_limit = a.effective_limit;
+	o->available_now = a.available_now;
+	o->reserved_for_other_campaigns = a.reserved_for_other_campaigns;
+	o->limited_by = a.limited_by;
+	o->limited_by_value = a.limited_by_value;
 }
 
 static void prepare(struct ctx *x)
@@ -583,24 +495,33 @@ static struct fairshare_carry idle_carry(const struct ctx *x, uint32_t i)
 	return (struct fairshare_carry){ .deficit = x->acc[i], .idle_ms = idle + e };
 }
 
-static void finish(struct ctx *x, const struct totals *t, struct fairshare_summary *summary)
+static int finish(struct ctx *x, struct fairshare_summary *summary)
 {
+	struct capacity_org org;
+	struct capacity_sums sums;
+	int rc;
+
+	view_input(x, &org);
+	rc = capacity_sum(&org, x->view, x->n, x->agent_short, &sums);
+	if (rc)
+		return rc; /* unreachable: the inputs were validated and floors fit the pool */
 	for (uint32_t i = 0; i < x->n; i++) {
 		struct fairshare_result *o = &x->out[i];
 
 		o->fluid = (double)x->fluid[i].num / (double)x->fluid[i].den;
 		o->carry =
 			o->active ? carry_of(x->acc[i], x->fluid[i], o->floor) : idle_carry(x, i);
-		capacity(x, t, i);
+		capacity(x, &org, &sums, i);
 	}
 	if (summary)
 		*summary = (struct fairshare_summary){
-			.active_campaigns = t->active,
-			.floors_total = (uint32_t)t->floors,
-			.org_running = (uint32_t)t->org_running,
-			.direct_reserve = t->direct_reserve,
-			.shortfall_total = (uint64_t)t->shortfall,
+			.active_campaigns = sums.active_campaigns,
+			.floors_total = sums.floors,
+			.org_running = sums.org_running,
+			.direct_reserve = sums.direct_reserve,
+			.shortfall_total = sums.shortfall,
 		};
+	return 0;
 }
 
 int fairshare_recompute(const struct fairshare_org *org, const struct fairshare_campaign *in,
@@ -608,7 +529,6 @@ int fairshare_recompute(const struct fairshare_org *org, const struct fairshare_
 			void *work, size_t work_size)
 {
 	struct ctx x = { .org = org, .in = in, .out = out, .n = n };
-	struct totals t;
 	int rc;
 
 	if (!org || !work || (n && (!in || !out)))
@@ -624,9 +544,7 @@ int fairshare_recompute(const struct fairshare_org *org, const struct fairshare_
 	rc = round_floors(&x, pool_fill(&x));
 	if (rc)
 		return rc;
-	sum_totals(&x, &t);
-	finish(&x, &t, summary);
-	return 0;
+	return finish(&x, summary);
 }
 
 static const char *lines(uint32_t v)

@@ -5,7 +5,9 @@
  * time elapsed since the previous recompute, plus a work area it owns (fairshare_work_size()).
  * fairshare_recompute() returns, per campaign, the fluid share, the integer floor, the new carried
  * deficit and the capacity figures of C12 (effective_limit, available_now,
- * reserved_for_other_campaigns, limited_by).
+ * reserved_for_other_campaigns, limited_by). Those figures are the capacity view's (capacity.h),
+ * which the recompute calls on its fresh floors read as installed: the endpoint answers from the
+ * floors the gate has installed, with the same formulas.
  *
  * Readings of the SPEC written down here (where it is silent or ambiguous):
  *
