@@ -11,9 +11,10 @@ uint64_t backoff_doubled(uint64_t base, unsigned n, uint64_t cap)
 {
 	uint64_t v = base;
 
-	/* Stops as soon as the cap is reached, so v never exceeds 2 * cap. */
-	for (unsigned i = 0; i < n && v < cap; i++)
-		v *= 2;
+	/* Doubles only while the double stays within cap (v <= cap / 2), so it never wraps, even
+	 * for a cap above 2^63; stops at the cap, and at once for 0. */
+	for (unsigned i = 0; i < n && v && v < cap; i++)
+		v = v <= cap / 2 ? v * 2 : cap;
 	return v < cap ? v : cap;
 }
 

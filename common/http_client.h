@@ -58,7 +58,8 @@ struct http_client_config {
 	unsigned idle_handles; /* curl easy handles kept for reuse, 0 = one made per request [16] */
 };
 
-/* Counters since http_client_new(). */
+/* Counters since http_client_new(). A request's connection counts (connections_opened, reused)
+ * are added when its callback runs, so a request still in flight is not in them yet. */
 struct http_client_stats {
 	uint64_t requests;	     /* accepted by http_client_send() */
 	uint64_t completed;	     /* callbacks run, cancelled ones included */
@@ -89,7 +90,7 @@ struct http_client_response {
 	unsigned nheaders;
 	const char *const *header_names;  /* as received */
 	const char *const *header_values; /* leading/trailing blanks removed */
-	long new_connections; /* connections opened for this request (0: one was reused) */
+	long new_connections; /* connections it opened (0: it reused one, or made none) */
 	uint64_t total_ms;    /* time from send to completion */
 	const char *error;    /* curl's description when cls is not HTTP_CLIENT_OK, else "" */
 };

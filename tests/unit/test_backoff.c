@@ -73,6 +73,19 @@ static void doubled_caps_and_never_overflows(void **state)
 	assert_int_equal(backoff_doubled(3, 200, 1000000), 1000000);
 }
 
+/* A cap above 2^63: the doubling that would pass it must not wrap (3 * 2^63 wraps to 2^63,
+ * then to 0, and the "capped" delay came out as 0). */
+static void doubled_does_not_wrap_under_a_huge_cap(void **state)
+{
+	assert_true(backoff_doubled(3, 64, UINT64_MAX) == UINT64_MAX);
+	assert_true(backoff_doubled(3, 62, UINT64_MAX) == 3ull << 62); /* still below the cap */
+	assert_true(backoff_doubled(3, 63, UINT64_MAX) == UINT64_MAX);
+	assert_true(backoff_doubled((1ull << 62) + 1, 2, UINT64_MAX) == UINT64_MAX);
+	assert_true(backoff_doubled(1ull << 63, 1, (1ull << 63) + 1) == (1ull << 63) + 1);
+	assert_true(backoff_doubled(1ull << 62, 1, 1ull << 63) == 1ull << 63);
+	assert_true(backoff_doubled(0, 10, UINT64_MAX) == 0);
+}
+
 static void list_keeps_order_and_unlinks(void **state)
 {
 	struct item {
@@ -119,6 +132,7 @@ int main(void)
 		cmocka_unit_test(reset_starts_over),
 		cmocka_unit_test(max_below_min_is_min),
 		cmocka_unit_test(doubled_caps_and_never_overflows),
+		cmocka_unit_test(doubled_does_not_wrap_under_a_huge_cap),
 		cmocka_unit_test(list_keeps_order_and_unlinks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
