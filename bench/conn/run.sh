@@ -9,7 +9,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${1:-$root/build}
-shift 2>/dev/null || true
+[ $# -gt 0 ] && shift
 out=$root/bench/out
 mkdir -p "$out"
 for b in conn_pg_bench conn_redis_bench conn_http_bench; do
