@@ -90,7 +90,11 @@ static int watch(struct pg_conn *conn, int events, bool renew)
 		p->conn = conn;
 		conn->poll = p;
 	}
-	return uv_poll_start(&conn->poll->handle, events, poll_cb);
+	if (conn->poll->events == events)
+		return 0;
+	int rc = uv_poll_start(&conn->poll->handle, events, poll_cb);
+	conn->poll->events = rc < 0 ? 0 : events;
+	return rc;
 }
 
 int conn_watch(struct pg_conn *conn, int events)
@@ -250,7 +254,11 @@ static void connected(struct pg_conn *conn)
 	}
 	conn->state = ST_SETUP;
 	if (conn->stmts->n + conn->nlistens == 0) {
-		become_up(conn);
+		/* Readable from now on: notices, a terminated backend, answers. */
+		if (conn_watch(conn, UV_READABLE) < 0)
+			conn_lost(conn, "cannot watch the socket");
+		else
+			become_up(conn);
 		return;
 	}
 	struct pg_req *req = setup_request(conn);

@@ -106,6 +106,7 @@ struct listen {
 struct pg_poll {
 	uv_poll_t handle;
 	struct pg_conn *conn; /* NULL once detached */
+	int events; /* watched now (uv_poll_start costs epoll_ctl calls: only on change) */
 };
 
 struct pg_conn {
