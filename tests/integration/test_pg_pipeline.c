@@ -238,8 +238,9 @@ static void restart_mid_pipeline_completes_each_once(void **state)
 	assert_int_equal(t.done, 0);
 	assert_int_equal(pg_conn_pending(c), RESTART_TOTAL);
 
-	PQfinish(admin);
+	/* The lock stays held until the server is gone (closing admin would release it). */
 	assert_int_equal(embedded_pg_stop(&svc), 0);
+	PQfinish(admin);
 	fixture_run_until_count(&loop, &t.done, RESTART_TOTAL, 60000);
 	for (int i = 0; i < RESTART_TOTAL; i++) {
 		assert_int_equal(t.calls[i], 1);
