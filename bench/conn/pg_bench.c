@@ -30,8 +30,8 @@ struct options {
 
 struct shape {
 	const char *name;
-	int rows;	  /* rows per statement */
-	char sql[2048];	  /* the INSERT */
+	int rows;	     /* rows per statement */
+	char sql[2048];	     /* the INSERT */
 	const char **values; /* 2 * rows parameters */
 };
 
@@ -116,7 +116,8 @@ static void insert_cb(int status, const struct pg_results *res, void *data)
 
 static void send_one(struct run *r)
 {
-	struct pg_query q = { .stmt = r->stmt, .nparams = 2 * r->shape->rows,
+	struct pg_query q = { .stmt = r->stmt,
+			      .nparams = 2 * r->shape->rows,
 			      .values = r->shape->values };
 
 	if (pg_conn_exec(r->conn, &q, insert_cb, r) < 0)
