@@ -325,8 +325,12 @@ static void poll_cb(uv_poll_t *handle, int status, int events)
 		continue_connect(conn);
 		return;
 	}
-	if (status < 0)
-		events = UV_READABLE | UV_WRITABLE; /* let libpq find the error */
+	if (status < 0) {
+		/* libuv has stopped the handle (its POLLERR path): it must be started again, and
+		 * libpq must find the error. */
+		p->events = 0;
+		events = UV_READABLE | UV_WRITABLE;
+	}
 	if (events & UV_WRITABLE) {
 		pipe_writable(conn);
 		if (conn->poll != p)
@@ -395,7 +399,6 @@ int pg_conn_new(uv_loop_t *loop, const struct pg_conn_options *opts, struct pg_c
 	list_init(&conn->waitq);
 	list_init(&conn->holdq);
 	list_init(&conn->inflight);
-	list_init(&conn->doneq);
 	list_init(&conn->txns);
 	conn->rng = backoff_seed(uv_hrtime(), conn);
 	backoff_init(&conn->backoff, opts->reconnect_min_ms, opts->reconnect_max_ms);

@@ -61,7 +61,7 @@ struct pg_q {
 };
 
 struct pg_req {
-	struct list_node node; /* on waitq, holdq, inflight or doneq */
+	struct list_node node; /* on waitq, holdq or inflight */
 	enum req_kind kind;
 	struct pg_txn *txn; /* the transaction it belongs to, or NULL */
 	bool ends_hold;	    /* COMMIT/ROLLBACK: the hold ends when it is sent */
@@ -71,7 +71,6 @@ struct pg_req {
 	struct pg_q *q;	    /* nq, in the same block */
 	int cur;	    /* statement whose results are being read */
 	int failed;	    /* first failing statement, -1 */
-	int status;	    /* outcome, for a completion deferred to the flush */
 	PGresult **res;	    /* results kept, in order (owned) */
 	int nres, rescap;
 	uint64_t queued_at;	 /* loop time it was queued (ms) */
@@ -90,7 +89,6 @@ struct pg_txn {
 	uint64_t deadline; /* loop time, from BEGIN */
 	int fail;	   /* why the transaction is lost (< 0), or 0 */
 	PGresult *error;   /* first statement error (owned) */
-	bool held;	   /* conn is held for it */
 	bool ending;	   /* commit or rollback called */
 	unsigned pending;  /* its requests not yet completed */
 	pg_txn_cb begin_cb;
@@ -106,7 +104,7 @@ struct listen {
 struct pg_poll {
 	uv_poll_t handle;
 	struct pg_conn *conn; /* NULL once detached */
-	int events; /* watched now (uv_poll_start costs epoll_ctl calls: only on change) */
+	int events; /* watched now, 0 when stopped (uv_poll_start costs epoll_ctl calls) */
 };
 
 struct pg_conn {
@@ -124,7 +122,6 @@ struct pg_conn {
 	struct list_node waitq;	   /* queued requests, in order */
 	struct list_node holdq;	   /* the holding transaction's requests not yet sent */
 	struct list_node inflight; /* sent, in order */
-	struct list_node doneq;	   /* completions deferred to the flush */
 	unsigned nwait, nhold, ninflight;
 	unsigned claims;	   /* HOLD, SCRIPT and COPY requests queued or running */
 	struct pg_txn *holder;	   /* the transaction holding the connection */

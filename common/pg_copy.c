@@ -194,8 +194,12 @@ void copy_writable(struct pg_conn *conn, struct pg_req *req)
 		conn_lost_pq(conn);
 		return;
 	}
-	if (r == 1)
-		return; /* still full: keep watching */
+	if (r == 1) {
+		/* Still full: keep watching (again, if an error report stopped the handle). */
+		if (conn_watch(conn, UV_READABLE | UV_WRITABLE) < 0)
+			conn_lost(conn, "cannot watch the socket");
+		return;
+	}
 	if (copy->end_pending) {
 		send_end(copy);
 		return;

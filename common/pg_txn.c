@@ -71,7 +71,6 @@ void txn_take_hold(struct pg_conn *conn, struct pg_req *hold)
 
 	txn->deadline = uv_now(conn->loop) + txn->opts.timeout_ms;
 	hold->fixed_deadline = txn->deadline;
-	txn->held = true;
 	conn->holder = txn;
 }
 
@@ -81,7 +80,6 @@ void txn_release_hold(struct pg_conn *conn)
 
 	if (!txn)
 		return;
-	txn->held = false;
 	conn->holder = NULL;
 	conn->claims--;
 	pipe_schedule(conn);
@@ -177,10 +175,7 @@ void txn_conn_gone(struct pg_conn *conn, int status)
 		txn->conn = NULL;
 		list_del(pos);
 	}
-	if (conn->holder) {
-		conn->holder->held = false;
-		conn->holder = NULL;
-	}
+	conn->holder = NULL;
 }
 
 int pg_txn_exec(struct pg_txn *txn, const struct pg_query *q, pg_result_cb cb, void *data)
