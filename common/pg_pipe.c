@@ -184,6 +184,9 @@ int req_enqueue(struct pg_conn *conn, struct pg_req *req)
 	}
 	if (conn->nwait >= conn->opts.max_queue)
 		return -EAGAIN;
+	/* The loop's time is that of its last wake-up: a caller that worked (or blocked) since
+	 * would otherwise see its request expire before the flush could send it. */
+	uv_update_time(conn->loop);
 	req->queued_at = uv_now(conn->loop);
 	list_add_tail(&conn->waitq, &req->node);
 	conn->nwait++;
