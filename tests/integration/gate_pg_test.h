@@ -12,7 +12,8 @@
 #include <string.h>
 
 struct gp {
-	uv_loop_t loop;
+	uv_loop_t loop; /* its own loop (gp_open), unused with gp_open_on() */
+	uv_loop_t *lp;	/* the loop it runs on */
 	struct pg_pool *pool;
 	struct gate_pg *g;
 	int closed;
@@ -32,9 +33,9 @@ static inline bool gp_all_up(void *arg)
 /* Opens a pool of size ordinary connections and one priority connection, with a gate_pg on it,
  * on a loop of its own (shared when loop is not NULL). The client's query timeout is long: the
  * server's bounds are what the tests watch. */
-static inline void gp_open_on(struct gp *e, const struct embedded *svc, unsigned size,
-			      const char *name, pg_notify_cb free_cb, pg_notify_cb mode_cb,
-			      void *data)
+static inline void gp_open_on(struct gp *e, uv_loop_t *loop, const struct embedded *svc,
+			      unsigned size, const char *name, pg_notify_cb free_cb,
+			      pg_notify_cb mode_cb, void *data)
 {
 	struct pg_pool_options o = {
 		.conninfo = svc->database_url,
@@ -50,19 +51,20 @@ static inline void gp_open_on(struct gp *e, const struct embedded *svc, unsigned
 	/* A fence waits for the epoch lock as long as the tests hold it. */
 	struct gate_pg_options go = { .fence_lock_ms = 60000 };
 
-	assert_int_equal(pg_pool_new(&e->loop, &o, &e->pool), 0);
+	e->lp = loop;
+	assert_int_equal(pg_pool_new(loop, &o, &e->pool), 0);
 	assert_int_equal(gate_pg_new(e->pool, &go, &e->g), 0);
 	if (free_cb || mode_cb)
 		assert_int_equal(gate_pg_listen(e->pool, free_cb, mode_cb, data), 0);
 	assert_int_equal(pg_pool_start(e->pool), 0);
-	fixture_run_until(&e->loop, gp_all_up, e, 60000);
+	fixture_run_until(loop, gp_all_up, e, 60000);
 }
 
 static inline void gp_open(struct gp *e, const struct embedded *svc, unsigned size,
 			   const char *name)
 {
 	uv_loop_init(&e->loop);
-	gp_open_on(e, svc, size, name, NULL, NULL, NULL);
+	gp_open_on(e, &e->loop, svc, size, name, NULL, NULL, NULL);
 }
 
 /* Closes the pool (pending callbacks run with -ECANCELED), frees the gate. */
@@ -70,7 +72,7 @@ static inline void gp_close_pool(struct gp *e)
 {
 	int want = e->closed + 1;
 	pg_pool_close(e->pool, gp_closed_cb, &e->closed);
-	fixture_run_until_count(&e->loop, &e->closed, want, 60000);
+	fixture_run_until_count(e->lp, &e->closed, want, 60000);
 	gate_pg_free(e->g);
 }
 
