@@ -438,7 +438,7 @@ int pgmode_wait_params(struct admit_op *op)
 
 		if (!r->direct)
 			continue;
-		if (res->outcome == GATE_PGMODE_REFUSED && r->wait) {
+		if (res->index < 0 && r->wait) {	       /* refused by the rule */
 			pgarr_text(&op->wait_arr[0], r->call); /* registers, or refreshes */
 			pgarr_text(&op->wait_arr[1], op->cands[r->first].agent);
 			op->wait_changes = true;
