@@ -53,13 +53,13 @@ static struct gate_pg_dial direct(const char *agent)
 	return (struct gate_pg_dial){ .agent = agent, .attempt = 1, .to_number = "+14155550199" };
 }
 
-static int admit_sync(struct gp *e, const char *org, const struct gate_pgmode_req *reqs,
-		      uint32_t n, struct adm *p)
+static int admit_sync(struct gp *e, const char *org, const struct gate_pgmode_req *reqs, uint32_t n,
+		      struct adm *p)
 {
 	memset(p, 0, sizeof(*p));
-	assert_int_equal(gate_pgmode_admit(e->g, org, (uint64_t)gp_epoch(admin), 10000, reqs, n,
-					   adm_cb, p),
-			 0);
+	assert_int_equal(
+		gate_pgmode_admit(e->g, org, (uint64_t)gp_epoch(admin), 10000, reqs, n, adm_cb, p),
+		0);
 	fixture_run_until_count(e->lp, &p->calls, 1, 60000);
 	return p->status;
 }
@@ -179,7 +179,8 @@ static void levels_from_call_rows(void **state)
 	assert_int_equal(gate_pgmode_admit(e.g, "lv", 1, 10000, twice, 2, adm_cb, &p), -EINVAL);
 	struct gate_pgmode_req waitbatch = unk[0];
 	waitbatch.wait = true;
-	assert_int_equal(gate_pgmode_admit(e.g, "lv", 1, 10000, &waitbatch, 1, adm_cb, &p), -EINVAL);
+	assert_int_equal(gate_pgmode_admit(e.g, "lv", 1, 10000, &waitbatch, 1, adm_cb, &p),
+			 -EINVAL);
 	assert_int_equal(gate_pgmode_admit(e.g, "lv", 1, 0, unk, 1, adm_cb, &p), -ETIMEDOUT);
 	gp_sql(admin, "UPDATE calls SET state = 'ended', ended_at = now() WHERE org_id = 'lv'");
 	gp_close(&e);
@@ -204,7 +205,8 @@ static bool install(struct gp *e, const char *org, uint64_t version, uint64_t tt
 {
 	struct inst p = { 0 };
 
-	assert_int_equal(gate_pgmode_install_floors(e->g, org, version, ttl_ms, f, n, inst_cb, &p), 0);
+	assert_int_equal(gate_pgmode_install_floors(e->g, org, version, ttl_ms, f, n, inst_cb, &p),
+			 0);
 	fixture_run_until_count(e->lp, &p.calls, 1, 60000);
 	assert_int_equal(p.status, 0);
 	return p.applied;
@@ -261,7 +263,9 @@ static void floors_waiters_release(void **state)
 	long long k1[2] = { gp_contact(admin, "fl", 1, 0), gp_contact(admin, "fl", 1, 1) };
 	struct gate_pgmode_floor floors[] = {
 		{ .campaign = "fl_c0", .floor = 1, .active = true, .carry = { .deficit = -5 } },
-		{ .campaign = "fl_c1", .floor = 1, .active = true,
+		{ .campaign = "fl_c1",
+		  .floor = 1,
+		  .active = true,
 		  .carry = { .fluid_num = 1, .fluid_den = 1 } },
 		{ .campaign = NULL, .floor = 0 },
 	};
@@ -336,7 +340,8 @@ static void floors_waiters_release(void **state)
 
 	/* In redis mode, a release notifies nobody (a marker NOTIFY arrives next). */
 	int before = notes.n;
-	gp_sql(admin, "UPDATE system_settings SET gate_mode = 'redis', gate_epoch = gate_epoch + 1");
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'redis', gate_epoch = gate_epoch + 1");
 	release_sync(&e, id[5], &r);
 	assert_true(r.ended[0]);
 	gp_sql(admin, "NOTIFY " GATE_PG_CHANNEL_FREE ", 'marker'");
@@ -352,13 +357,13 @@ static void floors_waiters_release(void **state)
 
 /* --- several workers at once --- */
 
-#define WORKERS	   3
-#define CC_CAMPS   4
-#define CC_LIMIT   5
-#define CC_AGENT   3
-#define CC_CEILING 2
-#define SYS_EXTRA  7
-#define ROUNDS	   12
+#define WORKERS	    3
+#define CC_CAMPS    4
+#define CC_LIMIT    5
+#define CC_AGENT    3
+#define CC_CEILING  2
+#define SYS_EXTRA   7
+#define ROUNDS	    12
 #define CC_CONTACTS 300
 
 struct cc {
