@@ -28,15 +28,17 @@ const struct stmt_def gate_pgmode_stmts[] = {
 	  "SELECT campaign_id, agent_id, count(*) FROM calls WHERE org_id = $1::text"
 	  " AND state IN " LIVE_STATES " GROUP BY campaign_id, agent_id" },
 	/* The candidates, the campaigns that hold a floor and those with live calls: nothing
-	 * else of the org matters to the decision (its cost does not grow with the number of
-	 * campaigns). */
+	 * else of the org matters to the decision, so its cost does not grow with the number of
+	 * campaigns. Each is looked up by key (the LIMIT keeps the lateral lookup from being
+	 * turned into a hash join over every campaign of the org). */
 	{ ST_CAMPAIGNS, 2,
 	  "WITH ids AS (SELECT unnest($2::text[]) AS id"
 	  " UNION SELECT campaign_id FROM fair_share_floors WHERE org_id = $1::text AND floor > 0"
 	  " UNION SELECT campaign_id FROM calls WHERE org_id = $1::text AND state IN " LIVE_STATES
 	  " AND campaign_id IS NOT NULL)"
 	  " SELECT c.id, c.max_concurrent_calls, c.agent_id, coalesce(f.floor, 0)"
-	  " FROM ids JOIN campaigns c ON c.id = ids.id AND c.org_id = $1::text"
+	  " FROM ids CROSS JOIN LATERAL (SELECT id, max_concurrent_calls, agent_id FROM campaigns"
+	  " WHERE id = ids.id AND org_id = $1::text LIMIT 1) c"
 	  " LEFT JOIN fair_share_floors f ON f.org_id = $1::text AND f.campaign_id = c.id"
 	  " ORDER BY c.id COLLATE \"C\"" },
 	{ ST_WAITERS_OF, 1,
