@@ -11,9 +11,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "gate_pg_int.h" /* the statements' text, for the plan check */
 #include "gate_pg_test.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static struct embedded svc;
@@ -484,6 +486,54 @@ static void concurrent_admissions_never_exceed(void **state)
 	gp_sql(admin, "UPDATE system_settings SET global_limit = 1000");
 }
 
+static const char *stmt_sql(const struct stmt_def *defs, size_t n, enum stmt_id id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (defs[i].id == id)
+			return defs[i].sql;
+	fail_msg("no statement %d", id);
+	return NULL;
+}
+
+/* The admission's campaign read looks campaigns up by key: with 10,000 campaigns in the org,
+ * neither the custom nor the generic plan scans them (SPEC P5: cost flat in campaigns). */
+static void campaign_read_is_flat(void **state)
+{
+	const char *sql = stmt_sql(gate_pgmode_stmts, gate_pgmode_n_stmts, ST_CAMPAIGNS);
+	char *prep = malloc(strlen(sql) + 64);
+
+	gp_sql(admin, "INSERT INTO campaigns (id, org_id, agent_id) SELECT 'lv_x' || g, 'lv',"
+		      " 'lv_a0' FROM generate_series(1, 10000) g");
+	gp_sql(admin,
+	       "INSERT INTO fair_share_floors (org_id, campaign_id, floor, version)"
+	       " SELECT 'lv', 'lv_x' || g, (g <= 3)::int, 1 FROM generate_series(1, 10000) g");
+	/* A busy system: the planner's guess of an org's live calls is large. */
+	gp_sql(admin, "INSERT INTO calls (id, org_id, campaign_id, agent_id, to_number, gate_mode,"
+		      " gate_epoch) SELECT gen_random_uuid(), 'lv', 'lv_x' || (g %% 50), 'lv_a0',"
+		      " '+14155550100', 'postgres', 1 FROM generate_series(1, 400) g");
+	gp_sql(admin, "ANALYZE campaigns, fair_share_floors, calls");
+	sprintf(prep, "PREPARE campaigns_read AS %s", sql);
+	PQclear(fixture_sql(admin, prep));
+	for (int generic = 0; generic < 2; generic++) {
+		gp_sql(admin, "SET plan_cache_mode = %s",
+		       generic ? "force_generic_plan" : "force_custom_plan");
+		PGresult *res =
+			fixture_sql(admin, "EXPLAIN EXECUTE campaigns_read('lv', '{lv_c1}')");
+		for (int i = 0; i < PQntuples(res); i++) {
+			const char *line = PQgetvalue(res, i, 0);
+			if (strstr(line, "Scan on campaigns") && !strstr(line, "Index Scan"))
+				fail_msg("the campaign read scans campaigns: %s", line);
+		}
+		PQclear(res);
+	}
+	gp_sql(admin, "RESET plan_cache_mode");
+	gp_sql(admin, "DEALLOCATE campaigns_read");
+	gp_sql(admin, "DELETE FROM calls WHERE campaign_id LIKE 'lv\\_x%%'");
+	gp_sql(admin, "DELETE FROM fair_share_floors WHERE org_id = 'lv'");
+	gp_sql(admin, "DELETE FROM campaigns WHERE id LIKE 'lv\\_x%%'");
+	free(prep);
+}
+
 static int setup(void **state)
 {
 	static const char *const lv[] = { "a0", "a0", "a1" };
@@ -517,6 +567,7 @@ int main(void)
 		cmocka_unit_test(levels_from_call_rows),
 		cmocka_unit_test(floors_waiters_release),
 		cmocka_unit_test(concurrent_admissions_never_exceed),
+		cmocka_unit_test(campaign_read_is_flat),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
