@@ -435,8 +435,12 @@ static void begin_cb(int status, struct pg_txn *txn, void *data)
 	op->pending = 1; /* held until every read is sent */
 	read_send(op, ST_BUDGET_TXN, 1, bv);
 	read_send(op, ST_LOCK_SHARED, 0, NULL);
-	read_send(op, ST_SYSTEM_LOCK, 0, NULL);
+	/* The org row before the system row: a transaction never holds the system row (every
+	 * postgres-mode admission's serialisation point) while it waits for an org row that an
+	 * install or an API change of that org holds. Every transaction that takes both takes
+	 * them in this order, so they cannot deadlock. */
 	read_send(op, ST_ORG_LOCK, 1, ov);
+	read_send(op, ST_SYSTEM_LOCK, 0, NULL);
 	read_send(op, ST_SCALARS, 1, ov);
 	read_send(op, ST_ORG_COUNTS, 1, ov);
 	read_send(op, ST_CAMPAIGNS, 2, cv);

@@ -3,9 +3,9 @@
  * install the refresher also writes to PostgreSQL.
  *
  * An admission transaction serves one organisation and one or more admissions of one loop
- * turn (gate_pgmode_admit). It takes the epoch lock shared, locks the system row and the org
- * row (FOR UPDATE: every postgres-mode admission of the fleet serialises on the system row,
- * every one of an org on the org row), counts the live calls per level from the call rows,
+ * turn (gate_pgmode_admit). It takes the epoch lock shared, locks the org row and then the
+ * system row (FOR UPDATE: every postgres-mode admission of the fleet serialises on the system
+ * row, every one of an org on the org row), counts the live calls per level from the call rows,
  * reads the limits (system_settings, organisations, campaigns), the installed floors
  * (fair_share_installs, fair_share_floors) and the waiting direct dials (gate_direct_waiters),
  * builds the organisation's struct fairshare_gate from them and decides each admission with
