@@ -15,6 +15,7 @@
 #include "error.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -26,9 +27,19 @@ static PGresult **inline_res(struct pg_req *req)
 	return (PGresult **)(req->q + req->nq);
 }
 
+/* Rounds a block position up to pointer alignment: a statement's values array follows the
+ * previous statement's texts, whose lengths are anything. */
+static char *align_ptr(char *p)
+{
+	uintptr_t a = (uintptr_t)p, m = sizeof(char *) - 1;
+
+	return (char *)((a + m) & ~m);
+}
+
 static size_t query_size(const struct pg_query *q)
 {
-	size_t size = sizeof(char *) * (size_t)q->nparams + (q->sql ? strlen(q->sql) + 1 : 0);
+	size_t size = sizeof(char *) * (size_t)q->nparams + (q->sql ? strlen(q->sql) + 1 : 0) +
+		      sizeof(char *) - 1; /* alignment of the values array */
 
 	for (int i = 0; i < q->nparams; i++)
 		size += q->values[i] ? strlen(q->values[i]) + 1 : 0;
@@ -38,6 +49,7 @@ static size_t query_size(const struct pg_query *q)
 /* Copies q into the block at *p (values first: they need pointer alignment). */
 static void query_copy(struct pg_q *dst, const struct pg_query *q, char **p)
 {
+	*p = align_ptr(*p);
 	const char **values = (const char **)*p;
 
 	*p += sizeof(char *) * (size_t)q->nparams;
