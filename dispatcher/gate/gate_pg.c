@@ -563,7 +563,7 @@ static void fence_done_cb(int status, const struct pg_results *r, void *data)
 {
 	struct fence_op *op = data;
 	struct gate_pg *g = op->g;
-	const PGresult *res = status == 0 ? r->res[2] : NULL;
+	const PGresult *res = status == 0 ? r->res[3] : NULL;
 
 	if (res && PQntuples(res) != (int)op->n)
 		status = -EPROTO;
@@ -601,14 +601,17 @@ int gate_pg_fence_lits(struct gate_pg *g, const char *ids, const char *orgs, uin
 	*op = (struct fence_op){ .g = g, .cb = cb, .data = data, .n = n };
 	gate_pg_ms(budget, g->opts.fence_lock_ms);
 	const char *bv[] = { budget }, *fv[] = { ids, orgs };
+	/* The whole fence within fence_lock_ms: while it waits for the lock, every new write
+	 * waits behind it. */
 	struct pg_query q[] = {
 		{ .stmt = g->st[ST_BUDGET], .nparams = 1, .values = bv },
 		{ .stmt = g->st[ST_LOCK_EXCL] },
+		{ .stmt = g->st[ST_BUDGET], .nparams = 1, .values = bv },
 		{ .stmt = g->st[ST_FENCE], .nparams = 2, .values = fv },
 	};
 	/* The priority lane: a fence settles a lost write, often right after its connection
 	 * dropped, and a worker waits on it to release slots. */
-	rc = pg_pool_batch(g->pool, PG_LANE_PRIORITY, q, 3, fence_done_cb, op);
+	rc = pg_pool_batch(g->pool, PG_LANE_PRIORITY, q, 4, fence_done_cb, op);
 	if (rc)
 		free(op);
 	return rc;
