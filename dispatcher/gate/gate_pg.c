@@ -487,7 +487,8 @@ static void write_done_cb(int status, const struct pg_results *r, void *data)
 		write_finish(op);
 		return;
 	}
-	all = status == 0 ? GATE_PG_FAILED : write_failure(status, r);
+	/* Committed, but the answer is not the statement's shape: settle it like a lost one. */
+	all = status == 0 ? GATE_PG_UNKNOWN : write_failure(status, r);
 	if (status == DSP_EPG && all != GATE_PG_DEADLINE)
 		GLOG(LOG_ERROR, "call-row write refused: %s",
 		     r->error ? PQresultErrorMessage(r->error) : "?");

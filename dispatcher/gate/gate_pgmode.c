@@ -279,19 +279,21 @@ static void end_cb(int status, const struct pg_results *r, void *data)
 		deliver(op, op->final_status);
 		return;
 	}
-	if (status == 0) {
-		apply_writes(op, op->write_parsed, GATE_PG_FAILED);
+	if (status == 0 && (op->write_parsed || op->nw == 0)) {
+		apply_writes(op, true, GATE_PG_WRITTEN);
 		deliver(op, 0);
 		return;
 	}
-	if (write_failure(status, r) != GATE_PG_UNKNOWN || status == -ECANCELED || op->nw == 0) {
+	if (status != 0 &&
+	    (write_failure(status, r) != GATE_PG_UNKNOWN || status == -ECANCELED || op->nw == 0)) {
 		if (status == DSP_EPG && !gate_pg_is_timeout(gate_pg_sqlstate(status, r)))
 			GLOG(LOG_ERROR, "postgres-mode admission refused: %s",
 			     r->error ? PQresultErrorMessage(r->error) : "?");
 		deliver(op, write_failure(status, r) == GATE_PG_DEADLINE ? -ETIMEDOUT : status);
 		return;
 	}
-	/* The COMMIT's answer was lost: settle each admitted call id with a fence. */
+	/* The COMMIT's answer was lost (or the write's was not understood): settle each
+	 * admitted call id with a fence. */
 	if (gate_pg_fence_lits(op->g, op->ids, op->orgs, op->nw, fenced_cb, op) == 0)
 		return;
 	apply_writes(op, false, GATE_PG_UNKNOWN);
