@@ -357,6 +357,33 @@ static void floors_waiters_release(void **state)
 	gp_close(&e);
 }
 
+/* A transaction whose connection is lost before its COMMIT admits nothing, and says so. */
+static void lost_before_commit_admits_nothing(void **state)
+{
+	struct gp e;
+	struct adm p = { 0 };
+	char id[37], pid[24];
+	struct gate_pg_dial c[] = { cand("fl_c1", gp_contact(admin, "fl", 1, 5)) };
+	struct gate_pgmode_req r = req(id, c, 1);
+
+	gp_open(&e, &svc, 1, "lost");
+	gp_sql(holder, "BEGIN");
+	gp_sql(holder, "SELECT 1 FROM organisations WHERE id = 'fl' FOR UPDATE");
+	assert_int_equal(
+		gate_pgmode_admit(e.g, "fl", (uint64_t)gp_epoch(admin), 60000, &r, 1, adm_cb, &p),
+		0);
+	gp_wait_for(e.lp, admin, "transactionid", 1);
+	snprintf(pid, sizeof(pid), "%lld",
+		 gp_int(admin, "SELECT pid FROM pg_locks WHERE NOT granted AND"
+			       " locktype = 'transactionid'"));
+	terminate_backend(admin, pid);
+	fixture_run_until_count(e.lp, &p.calls, 1, 60000);
+	assert_int_equal(p.status, -ECONNRESET);
+	gp_sql(holder, "COMMIT");
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE id = '%s'", id), 0);
+	gp_close(&e);
+}
+
 /* --- several workers at once --- */
 
 #define WORKERS	    3
@@ -566,6 +593,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(levels_from_call_rows),
 		cmocka_unit_test(floors_waiters_release),
+		cmocka_unit_test(lost_before_commit_admits_nothing),
 		cmocka_unit_test(concurrent_admissions_never_exceed),
 		cmocka_unit_test(campaign_read_is_flat),
 	};
