@@ -25,7 +25,7 @@ static const struct {
 	{ "gate_install.lua", true },	  { "gate_wait.lua", true },
 	{ "gate_read.lua", true },	  { "gate_stats.lua", false },
 	{ "gate_system.lua", true },	  { "gate_system_init.lua", false },
-	{ "gate_org_rebuild.lua", true },
+	{ "gate_org_rebuild.lua", true }, { "gate_test_clock.lua", false },
 };
 
 /* An EVALSHA's argv: borrowed strings, and formatted ones in fixed slots of buf. */
@@ -146,7 +146,7 @@ int gate_new(struct redis_conn *conn, const struct redis_scripts *reg, const cha
 	     struct gate **out)
 {
 	const struct redis_script **slot[] = {
-		NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+		NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 	};
 	struct gate *g;
 
@@ -164,6 +164,7 @@ int gate_new(struct redis_conn *conn, const struct redis_scripts *reg, const cha
 	slot[6] = &g->system;
 	slot[7] = &g->system_init;
 	slot[8] = &g->rebuild;
+	slot[9] = &g->test_clock;
 	for (size_t i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++) {
 		*slot[i] = redis_scripts_find(reg, scripts[i].name);
 		if (!*slot[i]) {
@@ -573,22 +574,13 @@ int gate_test_pin_clock(struct gate *g, const char *org, int64_t now_ms, gate_do
 
 	if (!g || !cb || !id_ok(org))
 		return -EINVAL;
-	rc = prepare(g, GATE_OP_DONE, "pin clock", org, NULL, data, &a, 4, &req);
+	rc = prepare(g, GATE_OP_DONE, "pin clock", org, NULL, data, &a, 2, &req);
 	if (rc)
 		return rc;
 	req->cb.done = cb;
-	args_str(&a, now_ms < 0 ? "HDEL" : "HSET");
 	args_key(&a, org, "state");
-	args_str(&a, "clock_ms");
-	if (now_ms >= 0)
-		args_fmt(&a, "%lld", (long long)now_ms);
-	rc = redis_conn_command_argv(g->conn, reply_cb, req, a.n, a.v, a.len);
-	if (rc)
-		free(req);
-	else
-		list_add_tail(&g->pending, &req->node);
-	args_free(&a);
-	return rc;
+	args_fmt(&a, "%lld", now_ms < 0 ? -1LL : (long long)now_ms);
+	return send_script(g, g->test_clock, req, &a);
 }
 
 const char *gate_reason_name(enum gate_reason reason)

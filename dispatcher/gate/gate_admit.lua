@@ -3,7 +3,9 @@
 -- in the org's state hash: the candidates, in the selector's order, are decided one after the
 -- other; the first admitted takes its slots at every level; a refusal that holds for every
 -- campaign (system, organisation, direct reserve: fairshare_gate_blocks_org()) ends the walk.
--- O(1) in the number of campaigns: a fixed set of fields per candidate.
+-- O(1) in the number of campaigns: one org record, one record per candidate and per agent.
+-- Written for speed (every µs here is paid per decision): locals rather than tables, no
+-- closures, binary records (struct) rather than text.
 -- KEYS: gen_key state slots wait sys
 -- ARGV: gen call flags agent ...
 --   call    the call id (the slot id at every level)
@@ -19,12 +21,17 @@
 --   level   0 none, 1 system, 2 organisation, 3 agent, 4 campaign, 5 fair_share
 --   reason  0 none, 1 full, 2 direct_reserve, 3 floors, 4 agent_floors, 5 unknown campaign
 -- Errors: GATE NOLIMITS, GATE NOSYSTEM, GATE OVERFLOW, GATE ARGS <what>.
+-- Records (README.md "Records"): org OF, campaign CF + agent id, agent AF, system SF, one second
+-- of the rolling minute RF, totals TF.
 
-local state, slots, wait, sys = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local call, flags, dagent = ARGV[2], ARGV[3], ARGV[4]
-local ncand = #ARGV - 4
+local OF = '<I4I4BI4dI4dddddI4I4I4I4I4I4I4'
+local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
+local RF, TF = '<dI4I4I4I4I4I4I4', '<ddddddd'
 local COUNT_MAX = 1073741824
 
+local state, slots, sys = KEYS[2], KEYS[3], KEYS[5]
+local call, dagent = ARGV[2], ARGV[4]
+local ncand = #ARGV - 4
 if ncand < 1 or ncand > 16 then
 	return redis.error_reply('GATE ARGS candidates')
 end
@@ -34,33 +41,29 @@ if direct and ncand ~= 1 then
 end
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local c1 = ARGV[5]
-local o = redis.call('HMGET', state, 'org_limit', 'per_agent', 'enforced', 'running',
-	'shortfall', 'waiting', 'floors_version', 'floors_expire_ms', 'clock_ms', 'n',
-	'm:' .. (math.floor(now / 1000) % 60), 'x:' .. c1, 'r:' .. c1, 'f:' .. c1)
-if not o[1] then
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local v = redis.call('HMGET', state, 'org', 'c:' .. ARGV[5])
+if not v[1] then
 	return redis.error_reply('GATE NOLIMITS')
 end
-local mfield = o[11]
-if o[9] then -- a pinned clock (tests only)
-	now = tonumber(o[9])
-	mfield = redis.call('HGET', state, 'm:' .. (math.floor(now / 1000) % 60))
+local L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4, n5, n6, n7 =
+	struct.unpack(OF, v[1])
+if L == 0 then
+	return redis.error_reply('GATE NOLIMITS')
 end
-local L = tonumber(o[1])
-local per_agent = tonumber(o[2]) or 0
-local enforced = o[3] == '1'
-local org_running = tonumber(o[4]) or 0
-local S = tonumber(o[5]) or 0
-local k = tonumber(o[6]) or 0
-local valid = (tonumber(o[7]) or 0) > 0 and now < (tonumber(o[8]) or 0)
-local cap = (per_agent > 0 and per_agent < L) and per_agent or nil -- C2: gates below org_limit
+if clock >= 0 then -- a pinned clock (tests only)
+	now = clock
+end
+local enforced = en == 1
+local valid = fver > 0 and now < fexp
+local fcfs = enforced and not valid
+local cap = pa > 0 and pa < L -- C2: per_agent gates below org_limit
 
-local s = redis.call('HMGET', sys, 'limit', 'running')
-if not s[1] then
+local sv = redis.call('HGET', sys, 'v')
+if not sv then
 	return redis.error_reply('GATE NOSYSTEM')
 end
-local sys_limit, sys_running = tonumber(s[1]), tonumber(s[2]) or 0
+local slim, srun, sver = struct.unpack(SF, sv)
 
 local held = redis.call('HGET', slots, call)
 if held then
@@ -68,193 +71,158 @@ if held then
 	return {2, hc, now, k, 0, 0, ha, tonumber(ht)}
 end
 
--- min(k, max(1, floor(direct))) with valid floors, min(k, 1) without (R6, R9).
-local reserve_cache
-local function reserve()
-	if reserve_cache then
-		return reserve_cache
-	end
-	local fd = 1
-	if k > 0 and valid then
-		local f = tonumber(redis.call('HGET', state, 'f:*')) or 0
-		if f > 1 then
-			fd = f
-		end
-	end
-	reserve_cache = math.min(k, fd)
-	return reserve_cache
-end
-
-local agents = {}
-local function agent_counts(a)
-	local v = agents[a]
-	if not v then
-		local r = redis.call('HMGET', state, 'ar:' .. a, 'as:' .. a)
-		v = {tonumber(r[1]) or 0, tonumber(r[2]) or 0}
-		agents[a] = v
-	end
-	return v
-end
-
--- fairshare_gate_admit(): checks 1..6 in order. Returns level, reason, and the candidate's
--- counts for the acquire.
-local function decide(c, x, r, f)
-	local ceil, ag
-	if c == '*' then
-		ag = dagent
-	elseif x then
-		ceil, ag = string.match(x, '^(%d*)|(.*)$')
-		ceil = tonumber(ceil)
-	end
-	local cand = {c = c, ag = ag, r = r, f = f}
-	local O1 = org_running + 1
-	if sys_running + 1 > sys_limit then
-		return 1, 1, cand
-	end
-	if c ~= '*' and not x then
-		return 4, 5, cand -- no limits installed for this campaign
-	end
-	if ag ~= '' then
-		cand.a = agent_counts(ag)
-	end
-	if not enforced then
-		return 0, 0, cand
-	end
-	if O1 > L then
-		return 2, 1, cand
-	end
-	if cap and ag ~= '' and cand.a[1] + 1 > cap then
-		return 3, 1, cand
-	end
-	if c ~= '*' and ceil and r + 1 > ceil then
-		return 4, 1, cand
-	end
-	if not valid then -- R9: first come first served, waiting direct dials keep min(k, 1)
-		if c ~= '*' and O1 + reserve() > L then
-			return 5, 2, cand
-		end
-		return 0, 0, cand
-	end
-	if c == '*' then -- R8
-		if r < math.max(1, f) or O1 + S <= L then
-			return 0, 0, cand
-		end
-		return 5, 3, cand
-	end
-	local R = reserve()
-	if O1 + R > L then
-		return 5, 2, cand
-	end
-	if r < f then
-		return 0, 0, cand
-	end
-	if O1 + R + S > L then -- c is at or above its floor: S is the others' shortfall
-		return 5, 3, cand
-	end
-	if cap and ag ~= '' and cand.a[1] + 1 + cand.a[2] > cap then -- R7
-		return 5, 4, cand
-	end
-	return 0, 0, cand
-end
-
--- Counters: admitted, fcfs, then refusals by level 1..5.
-local cnt = {0, 0, 0, 0, 0, 0, 0}
-local fcfs = enforced and not valid
+-- Each candidate, fairshare_gate_admit()'s checks 1..6 in order.
 local reply = {0, '', now, k, 0, 0}
-local admitted
+local d = {0, 0, 0, 0, 0, 0, 0} -- this step's counts: admitted, fcfs, refused by level 1..5
+local R -- min(k, max(1, floor(direct))) with valid floors, min(k, 1) without (R6, R9)
+local c, r, f, ceil, known, sag, ag, agr, ags
+local admitted = false
 for i = 1, ncand do
-	local c, x, r, f = ARGV[4 + i], o[12], o[13], o[14]
+	c = ARGV[4 + i]
+	local raw = v[2]
 	if i > 1 then
-		local v = redis.call('HMGET', state, 'x:' .. c, 'r:' .. c, 'f:' .. c)
-		x, r, f = v[1], v[2], v[3]
+		raw = redis.call('HGET', state, 'c:' .. c)
 	end
-	local level, reason, cand = decide(c, x, tonumber(r) or 0, tonumber(f) or 0)
-	reply[#reply + 1] = level
-	reply[#reply + 1] = reason
-	reply[#reply + 1] = fcfs and 1 or 0
+	r, f, ceil, known, sag = 0, 0, 0, 0, ''
+	if raw then
+		r, f, ceil, known = struct.unpack(CF, raw)
+		sag = string.sub(raw, 14)
+	end
+	local batch = not direct
+	ag = batch and sag or dagent
+	agr, ags = 0, 0
+	local level, reason = 0, 0
+	if srun + 1 > slim then
+		level, reason = 1, 1
+	elseif batch and known ~= 1 then
+		level, reason = 4, 5 -- no limits installed for this campaign
+	else
+		if ag ~= '' then
+			local araw = redis.call('HGET', state, 'a:' .. ag)
+			if araw then
+				agr, ags = struct.unpack(AF, araw)
+			end
+		end
+		local O1 = orun + 1
+		if not enforced then
+			level = 0
+		elseif O1 > L then
+			level, reason = 2, 1
+		elseif cap and ag ~= '' and agr + 1 > pa then
+			level, reason = 3, 1
+		elseif batch and ceil > 0 and r + 1 > ceil then
+			level, reason = 4, 1
+		else
+			if batch and not R then
+				local fd = 1
+				if k > 0 and valid then
+					local draw = redis.call('HGET', state, 'c:*')
+					local fdir = draw and select(2, struct.unpack(CF, draw)) or 0
+					if fdir > 1 then
+						fd = fdir
+					end
+				end
+				R = math.min(k, fd)
+			end
+			if not valid then -- R9: first come first served, waiting direct dials keep min(k, 1)
+				if batch and O1 + R > L then
+					level, reason = 5, 2
+				end
+			elseif not batch then -- R8
+				if r >= math.max(1, f) and O1 + S > L then
+					level, reason = 5, 3
+				end
+			elseif O1 + R > L then
+				level, reason = 5, 2
+			elseif r >= f then -- at or above its floor: S is the others' shortfall
+				if O1 + R + S > L then
+					level, reason = 5, 3
+				elseif cap and ag ~= '' and agr + 1 + ags > pa then -- R7
+					level, reason = 5, 4
+				end
+			end
+		end
+	end
+	reply[6 + 3 * i - 2] = level
+	reply[6 + 3 * i - 1] = reason
+	reply[6 + 3 * i] = fcfs and 1 or 0
 	reply[6] = i
 	if fcfs then
-		cnt[2] = cnt[2] + 1
+		d[2] = d[2] + 1
 	end
 	if level == 0 then
-		cnt[1] = cnt[1] + 1
-		admitted = cand
+		d[1] = d[1] + 1
+		admitted = true
 		break
 	end
-	cnt[level + 2] = cnt[level + 2] + 1
-	if level == 1 or level == 2 or reason == 2 then
+	d[level + 2] = d[level + 2] + 1
+	if level <= 2 or reason == 2 then
 		break -- holds for every campaign
 	end
 end
 
--- The decision counters: totals, and this second of the rolling minute.
-local function counters()
-	local tot, i = {}, 0
-	for v in string.gmatch(o[10] or '0 0 0 0 0 0 0', '%d+') do
-		i = i + 1
-		tot[i] = tonumber(v) + cnt[i]
-	end
-	local sec = math.floor(now / 1000)
-	local m, j = {sec}, 0
-	local ms = mfield and string.match(mfield, '^(%d+) ')
-	if ms and tonumber(ms) == sec then
-		for v in string.gmatch(string.sub(mfield, #ms + 2), '%d+') do
-			j = j + 1
-			m[j + 1] = tonumber(v) + cnt[j]
+-- The counters of this second (n1..n7 belong to second `sec`); a new second first moves the
+-- previous one to the rolling minute (m:<s mod 60>) and to the totals (tot).
+local set = {'org', ''}
+local s_now = math.floor(now / 1000)
+if s_now ~= sec then
+	if n1 + n2 + n3 + n4 + n5 + n6 + n7 > 0 then
+		local tr = redis.call('HGET', state, 'tot')
+		local t1, t2, t3, t4, t5, t6, t7 = 0, 0, 0, 0, 0, 0, 0
+		if tr then
+			t1, t2, t3, t4, t5, t6, t7 = struct.unpack(TF, tr)
 		end
-	else
-		for q = 1, 7 do
-			m[q + 1] = cnt[q]
-		end
+		set[3] = 'm:' .. (sec % 60)
+		set[4] = struct.pack(RF, sec, n1, n2, n3, n4, n5, n6, n7)
+		set[5] = 'tot'
+		set[6] = struct.pack(TF, t1 + n1, t2 + n2, t3 + n3, t4 + n4, t5 + n5, t6 + n6, t7 + n7)
 	end
-	return table.concat(tot, ' '), table.concat(m, ' '), 'm:' .. (sec % 60)
+	sec, n1, n2, n3, n4, n5, n6, n7 = s_now, 0, 0, 0, 0, 0, 0, 0
 end
+n1, n2, n3, n4, n5, n6, n7 = n1 + d[1], n2 + d[2], n3 + d[3], n4 + d[4], n5 + d[5], n6 + d[6],
+	n7 + d[7]
 
-local ntot, mval, mkey = counters()
 if not admitted then
-	if direct and string.find(flags, 'w', 1, true) then
-		if redis.call('HSETNX', wait, call, dagent .. '|' .. now) == 1 then
-			k = k + 1
-			reply[4] = k
-			reply[5] = 1
-			redis.call('HSET', state, 'n', ntot, mkey, mval, 'waiting', k)
-			return reply
-		end
+	if direct and ARGV[3] == 'w' and
+		redis.call('HSETNX', KEYS[4], call, dagent .. '|' .. string.format('%d', now)) == 1 then
+		k = k + 1
+		reply[4] = k
+		reply[5] = 1
 	end
-	redis.call('HSET', state, 'n', ntot, mkey, mval)
+	set[2] = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
+		n5, n6, n7)
+	redis.call('HSET', state, unpack(set))
 	return reply
 end
 
 -- fairshare_gate_acquire(): every level, and the shortfall by the stored floor.
-local c, ag, r, f, a = admitted.c, admitted.ag, admitted.r, admitted.f, admitted.a
-if sys_running >= COUNT_MAX or org_running >= COUNT_MAX or r >= COUNT_MAX or
-	(a and a[1] >= COUNT_MAX) then
-	redis.call('HSET', state, 'n', ntot, mkey, mval)
+if srun >= COUNT_MAX or orun >= COUNT_MAX or r >= COUNT_MAX or agr >= COUNT_MAX then
+	-- As the model: the admission is counted, then the acquire fails and nothing is taken.
+	set[2] = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
+		n5, n6, n7)
+	redis.call('HSET', state, unpack(set))
 	return redis.error_reply('GATE OVERFLOW')
 end
-local w = {'n', ntot, mkey, mval, 'running', org_running + 1, 'r:' .. c, r + 1}
-if c ~= '*' and r < f then
-	w[#w + 1] = 'shortfall'
-	w[#w + 1] = S - 1
-	if ag ~= '' then
-		w[#w + 1] = 'as:' .. ag
-		w[#w + 1] = a[2] - 1
-	end
+if not direct and r < f then
+	S = S - 1
+	ags = ags - 1 -- a batch call's agent is its campaign's (ag == sag)
 end
-if ag ~= '' then
-	w[#w + 1] = 'ar:' .. ag
-	w[#w + 1] = a[1] + 1
-end
-if direct and k > 0 and redis.call('HDEL', wait, call) == 1 then
+if direct and k > 0 and redis.call('HDEL', KEYS[4], call) == 1 then
 	k = k - 1
 	reply[4] = k
 	reply[5] = -1
-	w[#w + 1] = 'waiting'
-	w[#w + 1] = k
 end
-redis.call('HSET', state, unpack(w))
-redis.call('HSET', slots, call, c .. '|' .. ag .. '|' .. now)
-redis.call('HSET', sys, 'running', sys_running + 1)
+set[2] = struct.pack(OF, L, pa, en, orun + 1, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
+	n5, n6, n7)
+set[#set + 1] = 'c:' .. c
+set[#set + 1] = struct.pack(CF, r + 1, f, ceil, known) .. sag
+if ag ~= '' then
+	set[#set + 1] = 'a:' .. ag
+	set[#set + 1] = struct.pack(AF, agr + 1, ags)
+end
+redis.call('HSET', state, unpack(set))
+redis.call('HSET', slots, call, c .. '|' .. ag .. '|' .. string.format('%d', now))
+redis.call('HSET', sys, 'v', struct.pack(SF, slim, srun + 1, sver))
 reply[1] = 1
 reply[2] = c
 return reply

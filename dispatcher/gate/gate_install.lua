@@ -1,8 +1,8 @@
 -- gate_install.lua: installs an org's limits (C4) or floors (C5), fenced by version
 -- (dispatcher/gate/README.md). An install whose version is not greater than the stored one
 -- changes nothing. Either kind replaces the whole set (a campaign left out loses its limits, or
--- its floor), then rebuilds the shortfall aggregates (shortfall, as:<agent>) from the floors,
--- the running counts and the campaigns' agents: O(campaigns), once per install, as
+-- its floor), then rebuilds the shortfall aggregates (org shortfall, each agent's) from the
+-- floors, the running counts and the campaigns' agents: O(campaigns), once per install, as
 -- fairshare_gate_install(). Running counts are never touched (nothing is pre-empted, R13).
 -- KEYS: gen_key state
 -- ARGV: gen kind version ...
@@ -12,10 +12,13 @@
 -- Reply: {applied, version, now_ms, floors_expire_ms, shortfall}
 --   applied 1, or 0 when version is not newer (version is then the stored one)
 
-local state = KEYS[2]
-local kind, version = ARGV[2], tonumber(ARGV[3])
+local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
+local CF, AF = '<I4I4I4B', '<I4d'
 local COUNT_MAX = 1073741824
 local CHUNK = 1000
+
+local state = KEYS[2]
+local kind, version = ARGV[2], tonumber(ARGV[3])
 
 local function args_error(what)
 	return redis.error_reply('GATE ARGS ' .. what)
@@ -24,46 +27,37 @@ local function id_ok(s)
 	return #s >= 1 and #s <= 64 and string.match(s, '^[%w_-]+$') ~= nil
 end
 local function count(s, min)
-	local n = tonumber(s)
-	if not n or n % 1 ~= 0 or n < min or n > COUNT_MAX or not string.match(s, '^%d+$') then
+	local n = string.match(s, '^%d+$') and tonumber(s)
+	if not n or n < min or n > COUNT_MAX then
 		return nil
 	end
 	return n
 end
-local function fmt(n)
-	return string.format('%d', n)
-end
--- HSET/HDEL of many fields, in chunks (unpack has a stack limit).
-local function hset(t)
-	for i = 1, #t, 2 * CHUNK do
-		redis.call('HSET', state, unpack(t, i, math.min(i + 2 * CHUNK - 1, #t)))
-	end
-end
-local function hdel(t)
-	for i = 1, #t, CHUNK do
-		redis.call('HDEL', state, unpack(t, i, math.min(i + CHUNK - 1, #t)))
+local function chunked(cmd, t, step)
+	for i = 1, #t, step do
+		redis.call(cmd, state, unpack(t, i, math.min(i + step - 1, #t)))
 	end
 end
 
-if (kind ~= 'limits' and kind ~= 'floors') or not version or version < 1 or
-	version > 9007199254740991 or version % 1 ~= 0 or not string.match(ARGV[3], '^%d+$') then
+if (kind ~= 'limits' and kind ~= 'floors') or not string.match(ARGV[3], '^%d+$') or
+	version < 1 or version > 9007199254740991 then
 	return args_error('kind or version')
 end
-local vfield = kind == 'limits' and 'limits_version' or 'floors_version'
-local cur = redis.call('HMGET', state, vfield, 'clock_ms', 'floors_expire_ms', 'shortfall')
-local now = tonumber(cur[2])
-if not now then
+local raw = redis.call('HGET', state, 'org')
+local o = raw and {struct.unpack(OF, raw)} or
+	{0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0}
+local now = o[10]
+if now < 0 then
 	local t = redis.call('TIME')
 	now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local stored = tonumber(cur[1]) or 0
+local stored = kind == 'limits' and o[7] or o[8]
 if version <= stored then
-	return {0, stored, now, tonumber(cur[3]) or 0, tonumber(cur[4]) or 0}
+	return {0, stored, now, o[9], o[5]}
 end
 
 -- The new set, checked before anything is written.
-local new, fields = {}, {}
-local expire = tonumber(cur[3]) or 0
+local new = {}
 if kind == 'limits' then
 	local L, pa = count(ARGV[4] or '', 1), count(ARGV[5] or '', 0)
 	if not L or not pa or (ARGV[6] ~= '0' and ARGV[6] ~= '1') or (#ARGV - 6) % 3 ~= 0 then
@@ -74,13 +68,12 @@ if kind == 'limits' then
 		if not id_ok(c) or (ceil ~= '' and not count(ceil, 1)) or (ag ~= '' and not id_ok(ag)) then
 			return args_error('campaign ' .. c)
 		end
-		new[c] = ceil .. '|' .. ag
+		new[c] = {ceil = tonumber(ceil) or 0, ag = ag}
 	end
-	fields = {'org_limit', ARGV[4], 'per_agent', ARGV[5], 'enforced', ARGV[6],
-		'limits_version', ARGV[3]}
+	o[1], o[2], o[3], o[7] = L, pa, tonumber(ARGV[6]), version
 else
-	local ttl = tonumber(ARGV[4])
-	if not ttl or ttl < 0 or ttl > 1099511627776 or ttl % 1 ~= 0 or (#ARGV - 4) % 2 ~= 0 then
+	local ttl = string.match(ARGV[4] or '', '^%d+$') and tonumber(ARGV[4])
+	if not ttl or ttl > 1099511627776 or (#ARGV - 4) % 2 ~= 0 then
 		return args_error('floors')
 	end
 	for i = 5, #ARGV, 2 do
@@ -88,70 +81,78 @@ else
 		if (c ~= '*' and not id_ok(c)) or not f then
 			return args_error('floor ' .. c)
 		end
-		if f > 0 then
-			new[c] = f
-		end
+		new[c] = f
 	end
-	expire = now + ttl
-	fields = {'floors_version', ARGV[3], 'floors_expire_ms', fmt(expire), 'floors_at_ms', fmt(now)}
+	o[8], o[9] = version, now + ttl
 end
 
--- Current campaign fields, then the replaced set: stale entries go, new ones are written.
+-- Every campaign and agent record; the new set replaces the old one.
 local all = redis.call('HGETALL', state)
-local x, f, r, old_as = {}, {}, {}, {}
+local camps, agents = {}, {}
 for i = 1, #all, 2 do
 	local k, v = all[i], all[i + 1]
 	local p = string.sub(k, 1, 2)
-	if p == 'x:' then
-		x[string.sub(k, 3)] = v
-	elseif p == 'f:' then
-		f[string.sub(k, 3)] = tonumber(v)
-	elseif p == 'r:' then
-		r[string.sub(k, 3)] = tonumber(v)
-	elseif p == 'as' and string.sub(k, 3, 3) == ':' then
-		old_as[#old_as + 1] = k
+	if p == 'c:' then
+		local e = {raw = v, sag = string.sub(v, 14)}
+		e.r, e.f, e.ceil, e.known = struct.unpack(CF, v)
+		camps[string.sub(k, 3)] = e
+	elseif p == 'a:' then
+		local e = {raw = v}
+		e.r, e.s = struct.unpack(AF, v)
+		agents[string.sub(k, 3)] = e
 	end
 end
-local prefix, cur_set = kind == 'limits' and 'x:' or 'f:', kind == 'limits' and x or f
-local gone = {}
-for c in pairs(cur_set) do
-	if new[c] == nil then
-		gone[#gone + 1] = prefix .. c
+for c, n in pairs(new) do
+	if not camps[c] then
+		camps[c] = {r = 0, f = 0, ceil = 0, known = 0, sag = ''}
 	end
 end
-for c, v in pairs(new) do
-	fields[#fields + 1] = prefix .. c
-	fields[#fields + 1] = type(v) == 'number' and fmt(v) or v
-end
-if kind == 'limits' then
-	x = new
-else
-	f = new
+for c, e in pairs(camps) do
+	local n = new[c]
+	if kind == 'floors' then
+		e.f = n or 0
+	elseif n then
+		e.ceil, e.sag, e.known = n.ceil, n.ag, 1
+	else
+		e.ceil, e.sag, e.known = 0, '', 0
+	end
 end
 
--- S and S_a from the floors, the running counts and the campaigns' agents (R6, R7).
-local S, as = 0, {}
-for c, fl in pairs(f) do
-	if c ~= '*' then
-		local sh = fl - (r[c] or 0)
-		if sh > 0 then
-			S = S + sh
-			local ag = x[c] and string.match(x[c], '|(.*)$') or ''
-			if ag ~= '' then
-				as[ag] = (as[ag] or 0) + sh
-			end
+-- S and each agent's S_a from the floors, the running counts and the agents (R6, R7).
+local S = 0
+for _, e in pairs(agents) do
+	e.s = 0
+end
+for c, e in pairs(camps) do
+	local sh = e.f - e.r
+	if c ~= '*' and sh > 0 then
+		S = S + sh
+		if e.sag ~= '' then
+			agents[e.sag] = agents[e.sag] or {r = 0, s = 0}
+			agents[e.sag].s = agents[e.sag].s + sh
 		end
 	end
 end
-for i = 1, #old_as do
-	gone[#gone + 1] = old_as[i]
+o[5] = S
+
+local set, del = {'org', struct.pack(OF, unpack(o, 1, 18))}, {}
+local function put(field, keep, value, old)
+	if not keep then
+		if old then
+			del[#del + 1] = field
+		end
+	elseif value ~= old then
+		set[#set + 1] = field
+		set[#set + 1] = value
+	end
 end
-hdel(gone)
-fields[#fields + 1] = 'shortfall'
-fields[#fields + 1] = fmt(S)
-for ag, v in pairs(as) do
-	fields[#fields + 1] = 'as:' .. ag
-	fields[#fields + 1] = fmt(v)
+for c, e in pairs(camps) do
+	put('c:' .. c, e.r > 0 or e.f > 0 or e.known == 1,
+		struct.pack(CF, e.r, e.f, e.ceil, e.known) .. e.sag, e.raw)
 end
-hset(fields)
-return {1, version, now, expire, S}
+for a, e in pairs(agents) do
+	put('a:' .. a, e.r > 0 or e.s > 0, struct.pack(AF, e.r, e.s), e.raw)
+end
+chunked('HDEL', del, CHUNK)
+chunked('HSET', set, 2 * CHUNK)
+return {1, version, now, o[9], S}

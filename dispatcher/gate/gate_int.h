@@ -46,7 +46,7 @@ struct gate_req {
 struct gate {
 	struct redis_conn *conn; /* borrowed */
 	const struct redis_script *admit, *release, *install, *wait, *read, *stats, *system,
-		*system_init, *rebuild;
+		*system_init, *rebuild, *test_clock;
 	char gen[GATE_GEN_MAX + 1]; /* "" when none: every guarded script then answers STALEGEN */
 	struct list_node pending;   /* struct gate_req */
 	bool closing;		    /* in gate_free(): new operations are refused */

@@ -13,13 +13,13 @@
 --       a call id listed twice counts once
 -- Reply: {records, old_running, new_running}
 
-local org_gen, state, slots, wait, sys = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
+local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
 local CHUNK = 1000
+local org_gen, state, slots, wait, sys = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+
 local function id_ok(s)
 	return #s >= 1 and #s <= 64 and string.match(s, '^[%w_-]+$') ~= nil
-end
-local function fmt(n)
-	return string.format('%d', n)
 end
 local function chunked(cmd, key, t, step)
 	for i = 1, #t, step do
@@ -30,7 +30,7 @@ end
 if (#ARGV - 1) % 4 ~= 0 then
 	return redis.error_reply('GATE ARGS records')
 end
-local seen, recs, r, ar, n = {}, {}, {}, {}, 0
+local seen, recs, run, arun, n = {}, {}, {}, {}, 0
 for i = 2, #ARGV, 4 do
 	local call, c, a, t = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
 	if not id_ok(call) or (c ~= '*' and not id_ok(c)) or (a ~= '' and not id_ok(a)) or
@@ -42,65 +42,70 @@ for i = 2, #ARGV, 4 do
 		n = n + 1
 		recs[#recs + 1] = call
 		recs[#recs + 1] = c .. '|' .. a .. '|' .. t
-		r[c] = (r[c] or 0) + 1
+		run[c] = (run[c] or 0) + 1
 		if a ~= '' then
-			ar[a] = (ar[a] or 0) + 1
+			arun[a] = (arun[a] or 0) + 1
 		end
 	end
 end
 
 local same = redis.call('GET', org_gen) == ARGV[1]
 local all = redis.call('HGETALL', state)
-local x, f, gone, old = {}, {}, {}, 0
+local o = {0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0}
+local camps, del = {}, {}
 for i = 1, #all, 2 do
 	local k, v = all[i], all[i + 1]
-	local p, q = string.sub(k, 1, 2), string.sub(k, 1, 3)
-	if p == 'x:' then
-		x[string.sub(k, 3)] = v
-	elseif p == 'f:' then
-		f[string.sub(k, 3)] = tonumber(v)
-	elseif p == 'r:' or q == 'ar:' or q == 'as:' or k == 'shortfall' or k == 'waiting' then
-		gone[#gone + 1] = k
-	elseif k == 'running' then
-		old = tonumber(v) or 0
-		gone[#gone + 1] = k
+	local p = string.sub(k, 1, 2)
+	if k == 'org' then
+		o = {struct.unpack(OF, v)}
+	elseif p == 'c:' then
+		local e = {sag = string.sub(v, 14)}
+		e.r, e.f, e.ceil, e.known = struct.unpack(CF, v)
+		camps[string.sub(k, 3)] = e
+		del[#del + 1] = k
+	elseif p == 'a:' then
+		del[#del + 1] = k
 	end
 end
-if not same then
-	old = 0
+local old = same and o[4] or 0
+for c, r in pairs(run) do
+	camps[c] = camps[c] or {f = 0, ceil = 0, known = 0, sag = ''}
 end
-chunked('HDEL', state, gone, CHUNK)
-redis.call('DEL', slots, wait)
-chunked('HSET', slots, recs, 2 * CHUNK)
-
 local S, as = 0, {}
-for c, fl in pairs(f) do
-	if c ~= '*' then
-		local sh = fl - (r[c] or 0)
-		if sh > 0 then
-			S = S + sh
-			local a = x[c] and string.match(x[c], '|(.*)$') or ''
-			if a ~= '' then
-				as[a] = (as[a] or 0) + sh
-			end
+local set = {}
+for c, e in pairs(camps) do
+	e.r = run[c] or 0
+	local sh = e.f - e.r
+	if c ~= '*' and sh > 0 then
+		S = S + sh
+		if e.sag ~= '' then
+			as[e.sag] = (as[e.sag] or 0) + sh
 		end
 	end
+	if e.r > 0 or e.f > 0 or e.known == 1 then
+		set[#set + 1] = 'c:' .. c
+		set[#set + 1] = struct.pack(CF, e.r, e.f, e.ceil, e.known) .. e.sag
+	end
 end
-local w = {'running', fmt(n), 'shortfall', fmt(S), 'waiting', '0'}
-for c, v in pairs(r) do
-	w[#w + 1] = 'r:' .. c
-	w[#w + 1] = fmt(v)
+for a, r in pairs(arun) do
+	as[a] = as[a] or 0
 end
-for a, v in pairs(ar) do
-	w[#w + 1] = 'ar:' .. a
-	w[#w + 1] = fmt(v)
+for a, s in pairs(as) do
+	set[#set + 1] = 'a:' .. a
+	set[#set + 1] = struct.pack(AF, arun[a] or 0, s)
 end
-for a, v in pairs(as) do
-	w[#w + 1] = 'as:' .. a
-	w[#w + 1] = fmt(v)
+o[4], o[5], o[6] = n, S, 0
+set[#set + 1] = 'org'
+set[#set + 1] = struct.pack(OF, unpack(o, 1, 18))
+
+chunked('HDEL', state, del, CHUNK)
+chunked('HSET', state, set, 2 * CHUNK)
+redis.call('DEL', slots, wait)
+chunked('HSET', slots, recs, 2 * CHUNK)
+local sv = redis.call('HGET', sys, 'v')
+if sv then
+	local limit, running, version = struct.unpack(SF, sv)
+	redis.call('HSET', sys, 'v', struct.pack(SF, limit, math.max(running + n - old, 0), version))
 end
-chunked('HSET', state, w, 2 * CHUNK)
-local sr = (tonumber(redis.call('HGET', sys, 'running')) or 0) + n - old
-redis.call('HSET', sys, 'running', fmt(math.max(sr, 0)))
 redis.call('SET', org_gen, ARGV[1])
 return {n, old, n}

@@ -5,86 +5,66 @@
 -- Reply: {now_ms, limits_version, org_limit, per_agent, enforced, running, shortfall, waiting,
 --         floors_version, floors_expire_ms, floors_valid, direct_reserve, system_limit,
 --         system_running, slots, waiters, campaigns, agents}
---   campaigns: flat {id, running, floor, ceiling, agent, known} per campaign that has limits,
---              a floor or running calls ("*" = direct; ceiling 0 = none; known 1 when the
---              campaign has limits installed)
---   agents:    flat {id, running, shortfall} per agent with either non-zero
---   A field never written reads 0 (org_limit 0: no limits installed).
+--   campaigns: flat {id, running, floor, ceiling, agent, known}, sorted by id ("*" = direct
+--              first), per campaign record (limits installed, a floor, or running calls);
+--              ceiling 0 = none; known 1 when the campaign has limits installed
+--   agents:    flat {id, running, shortfall}, sorted by id
+--   org_limit 0: no limits installed.
 
+local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
+local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
 local state, sys, slots, wait = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+
 local all = redis.call('HGETALL', state)
-local h, camp, ag, order, aorder = {}, {}, {}, {}, {}
-local function campaign(c)
-	local e = camp[c]
-	if not e then
-		e = {running = 0, floor = 0, ceiling = 0, agent = '', known = 0}
-		camp[c] = e
-		order[#order + 1] = c
-	end
-	return e
-end
-local function agent(a)
-	local e = ag[a]
-	if not e then
-		e = {running = 0, shortfall = 0}
-		ag[a] = e
-		aorder[#aorder + 1] = a
-	end
-	return e
-end
+local o = {0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0}
+local camps, agents, corder, aorder = {}, {}, {}, {}
 for i = 1, #all, 2 do
 	local k, v = all[i], all[i + 1]
-	local p, q = string.sub(k, 1, 2), string.sub(k, 1, 3)
-	if p == 'x:' then
-		local e = campaign(string.sub(k, 3))
-		local ceil, a = string.match(v, '^(%d*)|(.*)$')
-		e.ceiling, e.agent, e.known = tonumber(ceil) or 0, a, 1
-	elseif p == 'f:' then
-		campaign(string.sub(k, 3)).floor = tonumber(v)
-	elseif p == 'r:' then
-		campaign(string.sub(k, 3)).running = tonumber(v)
-	elseif q == 'ar:' then
-		agent(string.sub(k, 4)).running = tonumber(v)
-	elseif q == 'as:' then
-		agent(string.sub(k, 4)).shortfall = tonumber(v)
-	elseif p ~= 'm:' then
-		h[k] = v
+	local p = string.sub(k, 1, 2)
+	if k == 'org' then
+		o = {struct.unpack(OF, v)}
+	elseif p == 'c:' then
+		local c = string.sub(k, 3)
+		local r, f, ceil, known = struct.unpack(CF, v)
+		camps[c] = {r, f, ceil, string.sub(v, 14), known}
+		corder[#corder + 1] = c
+	elseif p == 'a:' then
+		local a = string.sub(k, 3)
+		local r, s = struct.unpack(AF, v)
+		agents[a] = {r, s}
+		aorder[#aorder + 1] = a
 	end
 end
-local function num(k)
-	return tonumber(h[k]) or 0
-end
-local now = tonumber(h.clock_ms)
-if not now then
+local now = o[10]
+if now < 0 then
 	local t = redis.call('TIME')
 	now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-local valid = num('floors_version') > 0 and now < num('floors_expire_ms')
-local k = num('waiting')
+local valid = o[8] > 0 and now < o[9]
 local fd = 1
-if valid and camp['*'] and camp['*'].floor > 1 then
-	fd = camp['*'].floor
+if valid and camps['*'] and camps['*'][2] > 1 then
+	fd = camps['*'][2]
 end
-local s = redis.call('HMGET', sys, 'limit', 'running')
+local sys_limit, sys_running = 0, 0
+local sv = redis.call('HGET', sys, 'v')
+if sv then
+	sys_limit, sys_running = struct.unpack(SF, sv)
+end
 
-table.sort(order)
+table.sort(corder)
 table.sort(aorder)
 local cs, as = {}, {}
-for _, c in ipairs(order) do
-	local e = camp[c]
-	for _, v in ipairs({c, e.running, e.floor, e.ceiling, e.agent, e.known}) do
-		cs[#cs + 1] = v
+for _, c in ipairs(corder) do
+	local e = camps[c]
+	for _, x in ipairs({c, e[1], e[2], e[3], e[4], e[5]}) do
+		cs[#cs + 1] = x
 	end
 end
 for _, a in ipairs(aorder) do
-	local e = ag[a]
-	if e.running ~= 0 or e.shortfall ~= 0 then
-		for _, v in ipairs({a, e.running, e.shortfall}) do
-			as[#as + 1] = v
-		end
+	for _, x in ipairs({a, agents[a][1], agents[a][2]}) do
+		as[#as + 1] = x
 	end
 end
-return {now, num('limits_version'), num('org_limit'), num('per_agent'), num('enforced'),
-	num('running'), num('shortfall'), k, num('floors_version'), num('floors_expire_ms'),
-	valid and 1 or 0, math.min(k, fd), tonumber(s[1]) or 0, tonumber(s[2]) or 0,
-	redis.call('HLEN', slots), redis.call('HLEN', wait), cs, as}
+return {now, o[7], o[1], o[2], o[3], o[4], o[5], o[6], o[8], o[9], valid and 1 or 0,
+	math.min(o[6], fd), sys_limit, sys_running, redis.call('HLEN', slots),
+	redis.call('HLEN', wait), cs, as}

@@ -7,12 +7,14 @@
 -- ARGV: gen version limit
 -- Reply: "OK"
 
+local SF = '<I4I4d'
 local v, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
-if #ARGV[1] < 1 or #ARGV[1] > 64 or not v or v < 1 or v > 9007199254740991 or v % 1 ~= 0 or
-	not limit or limit < 1 or limit > 1073741824 or limit % 1 ~= 0 then
+if #ARGV[1] < 1 or #ARGV[1] > 64 or not string.match(ARGV[2], '^%d+$') or
+	not string.match(ARGV[3], '^%d+$') or v < 1 or v > 9007199254740991 or limit < 1 or
+	limit > 1073741824 then
 	return redis.error_reply('GATE ARGS gen, version or limit')
 end
 redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[2], 'limit', ARGV[3], 'limit_version', ARGV[2], 'running', 0)
+redis.call('HSET', KEYS[2], 'v', struct.pack(SF, limit, 0, v))
 redis.call('SET', KEYS[1], ARGV[1])
 return redis.status_reply('OK')

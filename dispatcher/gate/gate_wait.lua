@@ -7,16 +7,20 @@
 --   op "wait" registers call (agent "" for none), "unwait" withdraws it
 -- Reply: {changed, k}: changed 1 when the registry changed, 0 when it already was so
 
+local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
 local state, wait = KEYS[2], KEYS[3]
 local op, call, agent = ARGV[2], ARGV[3], ARGV[4] or ''
-local k = tonumber(redis.call('HGET', state, 'waiting')) or 0
+local raw = redis.call('HGET', state, 'org')
+local o = raw and {struct.unpack(OF, raw)} or
+	{0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0}
+local k = o[6]
 
 if op == 'wait' then
 	if k >= 1073741824 then
 		return redis.error_reply('GATE OVERFLOW')
 	end
-	local now = tonumber(redis.call('HGET', state, 'clock_ms'))
-	if not now then
+	local now = o[10]
+	if now < 0 then
 		local t = redis.call('TIME')
 		now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 	end
@@ -32,5 +36,6 @@ elseif op == 'unwait' then
 else
 	return redis.error_reply('GATE ARGS op')
 end
-redis.call('HSET', state, 'waiting', k)
+o[6] = k
+redis.call('HSET', state, 'org', struct.pack(OF, unpack(o, 1, 18)))
 return {1, k}

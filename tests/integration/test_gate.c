@@ -181,7 +181,11 @@ static void idempotence(void **state)
 	expect_admitted(genv_admit(&env, "o1", "k3", "A"), "A");
 	char key[128];
 	assert_true(gate_org_key("o1", "state", key, sizeof(key)) > 0);
-	genv_cmd(&env, NULL, 0, "HSET", key, "running", "0", NULL);
+	genv_cmd(&env, NULL, 0, "EVAL",
+		 "local f = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7) "
+		 "local o = {struct.unpack(f, redis.call('HGET', KEYS[1], 'org'))} o[4] = 0 "
+		 "redis.call('HSET', KEYS[1], 'org', struct.pack(f, unpack(o, 1, 18))) return 1",
+		 "1", key, NULL);
 	r = genv_release(&env, "o1", "k3");
 	assert_int_equal(r.r.outcome, GATE_RANGE);
 	assert_int_equal(genv_read(&env, "o1", &v), 0);
