@@ -59,7 +59,7 @@ struct runner {
 	int batch; /* call ids of this batch: "k<batch>-<i>" */
 };
 
-static char campaign_ids[MAX_CAMPAIGNS][8];
+static char campaign_ids[MAX_CAMPAIGNS][16];
 static uv_loop_t loop;
 static int batches;
 
@@ -337,7 +337,7 @@ static void setup_org(struct gate *g, int n)
 {
 	static struct gate_campaign_limits cl[MAX_CAMPAIGNS + 3];
 	static struct gate_floor fl[MAX_CAMPAIGNS];
-	static char agents[MAX_CAMPAIGNS][8];
+	static char agents[MAX_CAMPAIGNS][16];
 	char org[16], call[16];
 	uint64_t t0, t1, t2;
 
