@@ -583,6 +583,59 @@ static void rebuild(void **state)
 	assert_int_equal(v.v.shortfall, 4);
 }
 
+struct contract {
+	int calls, status;
+};
+
+static void contract_cb(struct gate *g, int status, const struct gate_admit_result *r, void *data)
+{
+	struct contract *c = data;
+
+	c->calls++;
+	c->status = status;
+	assert_true(status ? r == NULL : r != NULL);
+}
+
+static bool conn_down(void *arg)
+{
+	return !redis_conn_is_up(arg);
+}
+
+static bool conn_up(void *arg)
+{
+	return redis_conn_is_up(arg);
+}
+
+/* The async contract (STYLE rule 4): an error return means no callback; otherwise exactly one,
+ * -ECANCELED when the gate is freed or the connection closed first. */
+static void async_contract(void **state)
+{
+	struct gate_admit_req req = { .org = "o1", .call = "ac1", .direct = true };
+	struct contract c = { 0 };
+	struct gate *g2;
+
+	genv_fresh(&env, 1000, org1);
+	assert_int_equal(genv_limits(&env, "o1", 1, 4, 0, true, "A::a1", NULL), 0);
+	/* Freed with a request in flight: answered -ECANCELED at once; the reply is dropped. */
+	assert_int_equal(gate_new(env.conn, env.reg, GENV_GEN, &g2), 0);
+	assert_int_equal(gate_admit(g2, &req, contract_cb, &c), 0);
+	gate_free(g2);
+	assert_int_equal(c.calls, 1);
+	assert_int_equal(c.status, -ECANCELED);
+	struct release_out r = genv_release(&env, "o1", "ac1"); /* the admission did run */
+	assert_int_equal(r.r.outcome, GATE_FREED);
+	assert_int_equal(c.calls, 1);
+
+	/* While the connection is down: refused at once, no callback. */
+	const char *kill[] = { "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "no" };
+	assert_int_equal(redis_conn_command_argv(env.conn, NULL, NULL, 6, kill, NULL), 0);
+	fixture_run_until(&env.loop, conn_down, env.conn, GENV_TIMEOUT_MS);
+	assert_int_equal(gate_admit(env.g, &req, contract_cb, &c), -ENOTCONN);
+	assert_int_equal(c.calls, 1);
+	fixture_run_until(&env.loop, conn_up, env.conn, GENV_TIMEOUT_MS);
+	expect_admitted(genv_admit_direct(&env, "o1", "ac2", NULL, false), NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -591,6 +644,7 @@ int main(void)
 		cmocka_unit_test(candidates),	  cmocka_unit_test(generation_guard),
 		cmocka_unit_test(direct_waiters), cmocka_unit_test(stats),
 		cmocka_unit_test(read_view),	  cmocka_unit_test(rebuild),
+		cmocka_unit_test(async_contract),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
