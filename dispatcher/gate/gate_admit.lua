@@ -73,7 +73,7 @@ end
 
 -- Each candidate, fairshare_gate_admit()'s checks 1..6 in order.
 local reply = {0, '', now, k, 0, 0}
-local d = {0, 0, 0, 0, 0, 0, 0} -- this step's counts: admitted, fcfs, refused by level 1..5
+local d1, d2, d3, d4, d5, d6, d7 = 0, 0, 0, 0, 0, 0, 0 -- admitted, fcfs, refused by level
 local R -- min(k, max(1, floor(direct))) with valid floors, min(k, 1) without (R6, R9)
 local c, r, f, ceil, known, sag, ag, agr, ags
 local admitted = false
@@ -148,14 +148,23 @@ for i = 1, ncand do
 	reply[6 + 3 * i] = fcfs and 1 or 0
 	reply[6] = i
 	if fcfs then
-		d[2] = d[2] + 1
+		d2 = d2 + 1
 	end
 	if level == 0 then
-		d[1] = d[1] + 1
+		d1 = d1 + 1
 		admitted = true
 		break
+	elseif level == 1 then
+		d3 = d3 + 1
+	elseif level == 2 then
+		d4 = d4 + 1
+	elseif level == 3 then
+		d5 = d5 + 1
+	elseif level == 4 then
+		d6 = d6 + 1
+	else
+		d7 = d7 + 1
 	end
-	d[level + 2] = d[level + 2] + 1
 	if level <= 2 or reason == 2 then
 		break -- holds for every campaign
 	end
@@ -179,8 +188,7 @@ if s_now ~= sec then
 	end
 	sec, n1, n2, n3, n4, n5, n6, n7 = s_now, 0, 0, 0, 0, 0, 0, 0
 end
-n1, n2, n3, n4, n5, n6, n7 = n1 + d[1], n2 + d[2], n3 + d[3], n4 + d[4], n5 + d[5], n6 + d[6],
-	n7 + d[7]
+n1, n2, n3, n4, n5, n6, n7 = n1 + d1, n2 + d2, n3 + d3, n4 + d4, n5 + d5, n6 + d6, n7 + d7
 
 if not admitted then
 	if direct and ARGV[3] == 'w' and
@@ -212,15 +220,18 @@ if direct and k > 0 and redis.call('HDEL', KEYS[4], call) == 1 then
 	reply[4] = k
 	reply[5] = -1
 end
-set[2] = struct.pack(OF, L, pa, en, orun + 1, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
-	n5, n6, n7)
-set[#set + 1] = 'c:' .. c
-set[#set + 1] = struct.pack(CF, r + 1, f, ceil, known) .. sag
-if ag ~= '' then
-	set[#set + 1] = 'a:' .. ag
-	set[#set + 1] = struct.pack(AF, agr + 1, ags)
+local orec = struct.pack(OF, L, pa, en, orun + 1, S, k, lver, fver, fexp, clock, sec, n1, n2, n3,
+	n4, n5, n6, n7)
+local crec = struct.pack(CF, r + 1, f, ceil, known) .. sag
+if set[3] then -- a second was moved to the rolling minute
+	redis.call('HSET', state, set[3], set[4], set[5], set[6])
 end
-redis.call('HSET', state, unpack(set))
+if ag ~= '' then
+	redis.call('HSET', state, 'org', orec, 'c:' .. c, crec, 'a:' .. ag,
+		struct.pack(AF, agr + 1, ags))
+else
+	redis.call('HSET', state, 'org', orec, 'c:' .. c, crec)
+end
 redis.call('HSET', slots, call, c .. '|' .. ag .. '|' .. string.format('%d', now))
 redis.call('HSET', sys, 'v', struct.pack(SF, slim, srun + 1, sver))
 reply[1] = 1
