@@ -39,7 +39,7 @@ struct options {
 	int depth;
 };
 
-enum kind { K_INCR, K_ADMIT, K_ADMIT4, K_RELEASE };
+enum kind { K_INCR, K_NOOP, K_ADMIT, K_ADMIT4, K_RELEASE };
 
 struct bench_case {
 	enum kind kind;
@@ -59,7 +59,11 @@ struct runner {
 	int batch; /* call ids of this batch: "k<batch>-<i>" */
 };
 
+extern const struct embedded_file bench_gate_lua[];
+extern const size_t bench_gate_lua_count;
+
 static char campaign_ids[MAX_CAMPAIGNS][16];
+static const struct redis_script *noop;
 static uv_loop_t loop;
 static int batches;
 
@@ -100,6 +104,18 @@ static void send_one(struct runner *r)
 	snprintf(call, sizeof(call), "k%d-%ld", r->batch, i);
 	if (r->bc->kind == K_INCR) {
 		rc = redis_conn_command_argv(r->conn, incr_cb, r, 2, incr, NULL);
+	} else if (r->bc->kind == K_NOOP) {
+		const char *argv[] = { "dsp:v1:{o:b10}:gen",
+				       "dsp:v1:{o:b10}:state",
+				       "dsp:v1:{o:b10}:slots",
+				       "dsp:v1:{o:b10}:wait",
+				       GATE_SYS_STATE_KEY,
+				       "bench",
+				       call,
+				       "",
+				       "",
+				       "c1" };
+		rc = redis_conn_evalsha(r->conn, noop, incr_cb, r, 10, argv, NULL);
 	} else if (r->bc->kind == K_RELEASE) {
 		rc = gate_release(r->g, r->org, call, release_cb, r);
 	} else {
@@ -246,8 +262,9 @@ static const char *thousands(double v, char *buf, size_t len)
 
 static void print_row(const struct bench_case *bc, int rounds)
 {
-	static const char *names[] = { "INCR", "admit, 1 candidate",
-				       "admit, 4 candidates (3 refused)", "release" };
+	static const char *names[] = { "INCR", "no-op script, the admission's 10 arguments",
+				       "admit, 1 candidate", "admit, 4 candidates (3 refused)",
+				       "release" };
 	double lo, hi, m = median(bc->ops_s, rounds, &lo, &hi), us;
 	char a[32], b[32], c[32], n[32], mode[32];
 
@@ -256,7 +273,8 @@ static void print_row(const struct bench_case *bc, int rounds)
 		snprintf(mode, sizeof(mode), "one at a time");
 	else
 		snprintf(mode, sizeof(mode), "%d in flight", bc->depth);
-	snprintf(n, sizeof(n), "%s", bc->kind == K_INCR ? "—" : thousands(bc->campaigns, c, 32));
+	snprintf(n, sizeof(n), "%s",
+		 bc->kind <= K_NOOP ? "—" : thousands(bc->campaigns, c, sizeof(c)));
 	printf("| %s | %s | %s | %s | %s – %s | %.2f |", names[bc->kind], n, mode,
 	       thousands(m, a, sizeof(a)), thousands(lo, b, sizeof(b)), thousands(hi, c, sizeof(c)),
 	       us);
@@ -447,7 +465,8 @@ int main(int argc, char **argv)
 	for (int i = 0; i < MAX_CAMPAIGNS; i++)
 		snprintf(campaign_ids[i], sizeof(campaign_ids[i]), "c%d", i);
 	if (embedded_start(&e, &(struct embedded_options){ .redis = true }) < 0 ||
-	    redis_scripts_new(&reg) < 0 || gate_scripts_register(reg) < 0)
+	    redis_scripts_new(&reg) < 0 || gate_scripts_register(reg) < 0 ||
+	    redis_scripts_add(reg, &bench_gate_lua[0], 0, &noop) < 0)
 		return 1;
 	uv_loop_init(&loop);
 	struct redis_conn *c = connect_bench(&e, reg);
@@ -460,6 +479,8 @@ int main(int argc, char **argv)
 	long ops1 = o.quick ? 2000 : 20000, opsn = o.quick ? 20000 : 100000;
 	cases[n++] = (struct bench_case){ K_INCR, 0, 1, ops1, { 0 }, { 0 } };
 	cases[n++] = (struct bench_case){ K_INCR, 0, o.depth, opsn, { 0 }, { 0 } };
+	cases[n++] = (struct bench_case){ K_NOOP, 0, 1, ops1, { 0 }, { 0 } };
+	cases[n++] = (struct bench_case){ K_NOOP, 0, o.depth, opsn, { 0 }, { 0 } };
 	for (int i = 0; i < 3; i++) {
 		cases[n++] = (struct bench_case){ K_ADMIT, sizes[i], 1, ops1, { 0 }, { 0 } };
 		cases[n++] = (struct bench_case){ K_ADMIT, sizes[i], o.depth, opsn, { 0 }, { 0 } };
@@ -470,12 +491,12 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++) { /* warm-up, untimed */
 		long ops = cases[i].ops;
 		cases[i].ops = ops / 10;
-		measure(c, g, &cases[i], cases[i].kind == K_INCR ? NULL : &rel[i], -1);
+		measure(c, g, &cases[i], cases[i].kind <= K_NOOP ? NULL : &rel[i], -1);
 		cases[i].ops = ops;
 	}
 	for (int r = 0; r < o.rounds; r++)
 		for (int i = 0; i < n; i++)
-			measure(c, g, &cases[i], cases[i].kind == K_INCR ? NULL : &rel[i], r);
+			measure(c, g, &cases[i], cases[i].kind <= K_NOOP ? NULL : &rel[i], r);
 	print_header(argc, argv, c, &o, ops1, opsn);
 	for (int i = 0; i < n; i++) {
 		print_row(&cases[i], o.rounds);

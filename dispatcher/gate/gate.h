@@ -22,8 +22,11 @@
  * (-ENOTCONN, -ECONNRESET: the script may have run, -ETIMEDOUT), GATE_ELOST, -ENOENT (admit:
  * no limits installed for the organisation), -EOVERFLOW (a count at FAIRSHARE_COUNT_MAX),
  * DSP_EREDIS (any other error reply, logged), or -ECANCELED when the gate is freed or the
- * connection closed first. Results and every pointer in them are borrowed: valid only during
- * the callback. Callbacks may call any gate function, gate_free() included.
+ * connection closed first. Every function that takes a callback may also return -ENOTCONN (the
+ * connection is down), -ESHUTDOWN (the connection or the gate is closing) or -ENOMEM. Results
+ * and every pointer in them are borrowed: valid only during the callback. Callbacks may call any
+ * gate function, gate_free() included (but a callback answered -ECANCELED from inside
+ * gate_free() must not use that gate).
  */
 #ifndef DSP_GATE_H
 #define DSP_GATE_H
@@ -282,8 +285,8 @@ int gate_read_stats(struct gate *g, const char *org, gate_stats_cb cb, void *dat
 
 /* Starts the gate generation (the gate's own, gate_set_generation()) at the system level: writes
  * dsp:v1:{sys}:gen and the system limit with running 0. For the state's builder only (the
- * reconciler under the C11 locks; tests): every org must then be rebuilt under it. Returns 0,
- * -EINVAL (no generation set) . */
+ * reconciler under the C11 locks; tests): every org must then be rebuilt under it. Returns 0 or
+ * -EINVAL (no generation set, bad bounds). */
 int gate_system_init(struct gate *g, uint64_t version, uint32_t limit, gate_done_cb cb, void *data);
 
 /* (Re)builds an org's slot state under the gate's generation from its live calls
