@@ -357,7 +357,7 @@ static void setup_org(struct gate *g, int n)
 	static struct gate_floor fl[MAX_CAMPAIGNS];
 	static char agents[MAX_CAMPAIGNS][16];
 	char org[16], call[16];
-	uint64_t t0, t1, t2;
+	uint64_t t0, t1, t2, t3;
 
 	snprintf(org, sizeof(org), "b%d", n);
 	if (gate_org_rebuild(g, org, NULL, 0, done_cb, NULL))
@@ -382,6 +382,14 @@ static void setup_org(struct gate *g, int n)
 		exit(1);
 	wait_answer("floors");
 	t2 = uv_hrtime();
+	/* A refresh that changes 10 floors, as a delta against version 1. */
+	for (int i = 0; i < 10 && i < n; i++)
+		fl[i].floor = 2;
+	if (gate_install_floors_delta(g, org, 1, 2, 3600000, fl, n < 10 ? (uint32_t)n : 10,
+				      install_cb, NULL))
+		exit(1);
+	wait_answer("floors delta");
+	t3 = uv_hrtime();
 	for (int i = 0; i < 3; i++) {
 		snprintf(call, sizeof(call), "full%d", i);
 		const char *f[] = { cl[n + i].campaign };
@@ -390,9 +398,9 @@ static void setup_org(struct gate *g, int n)
 			exit(1);
 		wait_answer("fill");
 	}
-	printf("- %d campaigns: limits install %.1f ms, floors install %.1f ms (one round trip "
-	       "each, client included)\n",
-	       n, (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6);
+	printf("- %d campaigns: limits install %.1f ms, floors install %.1f ms, a delta of 10 "
+	       "floors %.2f ms (one round trip each, client included)\n",
+	       n, (double)(t1 - t0) / 1e6, (double)(t2 - t1) / 1e6, (double)(t3 - t2) / 1e6);
 }
 
 static int parse(int argc, char **argv, struct options *o)

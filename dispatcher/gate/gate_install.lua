@@ -9,8 +9,13 @@
 --   kind "limits": org_limit per_agent enforced, then (campaign ceiling agent) triples;
 --                  per_agent 0 = unset, enforced 1/0, ceiling "" = none, agent "" = none
 --   kind "floors": ttl_ms, then (campaign floor) pairs; campaign "*" = the direct pseudo-campaign
+--   kind "delta":  base_version ttl_ms, then (campaign floor) pairs: only these campaigns' floors
+--                  change (the others keep theirs), S and S_a move by the differences, the expiry
+--                  is renewed; applied only when the stored floors version is base_version —
+--                  O(changed), not O(campaigns)
 -- Reply: {applied, version, now_ms, floors_expire_ms, shortfall}
---   applied 1, or 0 when version is not newer (version is then the stored one)
+--   applied 1, or 0 when version is not newer, or (delta) the stored version is not
+--   base_version (version is then the stored one: the caller installs in full)
 
 local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
 local CF, AF = '<I4I4I4B', '<I4d'
@@ -39,7 +44,7 @@ local function chunked(cmd, t, step)
 	end
 end
 
-if (kind ~= 'limits' and kind ~= 'floors') or not string.match(ARGV[3], '^%d+$') or
+if (kind ~= 'limits' and kind ~= 'floors' and kind ~= 'delta') or not string.match(ARGV[3], '^%d+$') or
 	version < 1 or version > 9007199254740991 then
 	return args_error('kind or version')
 end
@@ -52,8 +57,78 @@ if now < 0 then
 	now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local stored = kind == 'limits' and o[7] or o[8]
-if version <= stored then
+if kind == 'delta' and not string.match(ARGV[4] or '', '^%d+$') then
+	return args_error('base version')
+end
+if version <= stored or (kind == 'delta' and tonumber(ARGV[4]) ~= stored) then
 	return {0, stored, now, o[9], o[5]}
+end
+
+-- A delta: the changed floors only; S and S_a move by the differences (O(changed)).
+if kind == 'delta' then
+	local ttl = string.match(ARGV[5] or '', '^%d+$') and tonumber(ARGV[5])
+	if not ttl or ttl > 1099511627776 or (#ARGV - 5) % 2 ~= 0 then
+		return args_error('delta')
+	end
+	local ids, fields, floors, seen = {}, {}, {}, {}
+	for i = 6, #ARGV, 2 do
+		local c, f = ARGV[i], count(ARGV[i + 1], 0)
+		if (c ~= '*' and not id_ok(c)) or not f or seen[c] then
+			return args_error('floor ' .. c)
+		end
+		seen[c] = true
+		ids[#ids + 1], fields[#fields + 1], floors[#floors + 1] = c, 'c:' .. c, f
+	end
+	local set, del, adelta, anames = {}, {}, {}, {}
+	local S = o[5]
+	for i = 1, #fields, CHUNK do
+		local recs = redis.call('HMGET', state, unpack(fields, i, math.min(i + CHUNK - 1, #fields)))
+		for j = 1, #recs do
+			local n, raw = i + j - 1, recs[j]
+			local r, f, ceil, known, sag = 0, 0, 0, 0, ''
+			if raw then
+				r, f, ceil, known = struct.unpack(CF, raw)
+				sag = string.sub(raw, 14)
+			end
+			local d = 0
+			if ids[n] ~= '*' then
+				d = math.max(0, floors[n] - r) - math.max(0, f - r)
+			end
+			S = S + d
+			if d ~= 0 and sag ~= '' then
+				if not adelta[sag] then
+					anames[#anames + 1] = sag
+				end
+				adelta[sag] = (adelta[sag] or 0) + d
+			end
+			if r > 0 or floors[n] > 0 or known == 1 then
+				set[#set + 1] = fields[n]
+				set[#set + 1] = struct.pack(CF, r, floors[n], ceil, known) .. sag
+			elseif raw then
+				del[#del + 1] = fields[n]
+			end
+		end
+	end
+	for i = 1, #anames do
+		local raw = redis.call('HGET', state, 'a:' .. anames[i])
+		local r, sa = 0, 0
+		if raw then
+			r, sa = struct.unpack(AF, raw)
+		end
+		sa = sa + adelta[anames[i]]
+		if r > 0 or sa > 0 then
+			set[#set + 1] = 'a:' .. anames[i]
+			set[#set + 1] = struct.pack(AF, r, sa)
+		elseif raw then
+			del[#del + 1] = 'a:' .. anames[i]
+		end
+	end
+	o[5], o[8], o[9] = S, version, now + ttl
+	set[#set + 1] = 'org'
+	set[#set + 1] = struct.pack(OF, unpack(o, 1, 18))
+	chunked('HDEL', del, CHUNK)
+	chunked('HSET', set, 2 * CHUNK)
+	return {1, version, now, o[9], S}
 end
 
 -- The new set, checked before anything is written.

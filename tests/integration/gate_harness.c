@@ -293,6 +293,25 @@ int genv_floors(struct gate_env *e, const char *org, uint64_t version, uint64_t 
 	return w.status;
 }
 
+int genv_floors_delta(struct gate_env *e, const char *org, uint64_t base_version, uint64_t version,
+		      uint64_t ttl_ms, const char *floors, struct gate_install_result *res)
+{
+	static char buf[8192];
+	static char *f[GENV_MAX_CAMPAIGNS][3];
+	struct gate_floor fl[GENV_MAX_CAMPAIGNS];
+	struct waiter w = { .res = res };
+	uint32_t n = split(floors, buf, sizeof(buf), f, GENV_MAX_CAMPAIGNS);
+
+	for (uint32_t i = 0; i < n; i++)
+		fl[i] = (struct gate_floor){ .campaign = strcmp(f[i][0], "*") ? f[i][0] : NULL,
+					     .floor = (uint32_t)atoi(f[i][1]) };
+	assert_int_equal(gate_install_floors_delta(e->g, org, base_version, version, ttl_ms, fl, n,
+						   install_cb, &w),
+			 0);
+	run(e, &w);
+	return w.status;
+}
+
 int genv_system_limit(struct gate_env *e, uint64_t version, uint32_t limit,
 		      struct gate_install_result *res)
 {

@@ -66,6 +66,9 @@ int genv_limits(struct gate_env *e, const char *org, uint64_t version, uint32_t 
 /* Floors: "id:floor" pairs, "*" for the direct pseudo-campaign. */
 int genv_floors(struct gate_env *e, const char *org, uint64_t version, uint64_t ttl_ms,
 		const char *floors, struct gate_install_result *res);
+/* A delta install of "id:floor" pairs against base_version. */
+int genv_floors_delta(struct gate_env *e, const char *org, uint64_t base_version, uint64_t version,
+		      uint64_t ttl_ms, const char *floors, struct gate_install_result *res);
 int genv_system_limit(struct gate_env *e, uint64_t version, uint32_t limit,
 		      struct gate_install_result *res);
 

@@ -2,6 +2,7 @@
  * below and above each limit; idempotence per call id; version fencing; floor expiry on the
  * Redis clock; ordered candidates; the generation guard; waiting direct dials; counters; the
  * one-round-trip read; an org rebuilt from live calls. */
+#include "error.h"
 #include "fixture.h"
 #include "gate_harness.h"
 
@@ -583,6 +584,57 @@ static void rebuild(void **state)
 	assert_int_equal(v.v.shortfall, 4);
 }
 
+/* A delta install (the changed floors only, O(changed)) leaves the gate exactly as a full install
+ * of the same floors would; it applies only on top of its base version. */
+static void delta_install(void **state)
+{
+	const char *orgs[] = { "o1", "o2", NULL };
+	struct gate_install_result res;
+	struct view_copy v1, v2;
+
+	genv_fresh(&env, 1000, orgs);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(
+			genv_limits(&env, orgs[i], 1, 20, 0, true, "A::a1 B::a1 C::a2 D::a3", NULL),
+			0);
+		expect_admitted(genv_admit(&env, orgs[i], "d1", "A"), "A");
+		expect_admitted(genv_admit(&env, orgs[i], "d2", "A"), "A");
+		expect_admitted(genv_admit(&env, orgs[i], "d3", "C"), "C");
+	}
+	assert_int_equal(genv_floors(&env, "o1", 1, 60000, "A:3 B:2 C:1 *:2", &res), 0);
+	assert_int_equal(res.shortfall, 1 + 2);
+	assert_int_equal(genv_floors_delta(&env, "o1", 1, 2, 90000, "A:1 D:2 C:0 *:1", &res), 0);
+	assert_true(res.applied);
+	assert_int_equal(res.expire_ms, res.now_ms + 90000);
+	assert_int_equal(genv_floors(&env, "o2", 2, 90000, "A:1 B:2 D:2 *:1", NULL), 0);
+	assert_int_equal(genv_read(&env, "o1", &v1), 0);
+	assert_int_equal(genv_read(&env, "o2", &v2), 0);
+	assert_int_equal(v1.v.shortfall, 4); /* B 2 + D 2 */
+	assert_int_equal(v1.v.shortfall, v2.v.shortfall);
+	assert_int_equal(v1.v.floors_version, 2);
+	assert_int_equal(v1.n_campaigns, v2.n_campaigns);
+	for (uint32_t i = 0; i < v1.n_campaigns; i++) {
+		assert_string_equal(v1.campaigns[i].id, v2.campaigns[i].id);
+		assert_int_equal(v1.campaigns[i].floor, v2.campaigns[i].floor);
+	}
+	assert_int_equal(v1.n_agents, v2.n_agents);
+	for (uint32_t i = 0; i < v1.n_agents; i++) {
+		assert_string_equal(v1.agents[i].id, v2.agents[i].id);
+		assert_int_equal(v1.agents[i].shortfall, v2.agents[i].shortfall);
+	}
+	/* Not on top of the stored version: nothing changes, the caller installs in full. */
+	assert_int_equal(genv_floors_delta(&env, "o1", 1, 3, 90000, "B:0", &res), 0);
+	assert_false(res.applied);
+	assert_int_equal(res.version, 2);
+	assert_int_equal(genv_floors_delta(&env, "o1", 2, 3, 90000, "B:0", &res), 0);
+	assert_true(res.applied);
+	assert_int_equal(res.shortfall, 2);
+	/* The same campaign twice is a caller's bug, refused before anything changes. */
+	assert_int_equal(genv_floors_delta(&env, "o1", 3, 4, 90000, "B:1 B:2", &res), DSP_EREDIS);
+	assert_int_equal(genv_read(&env, "o1", &v1), 0);
+	assert_int_equal(v1.v.floors_version, 3);
+}
+
 struct contract {
 	int calls, status;
 };
@@ -644,7 +696,7 @@ int main(void)
 		cmocka_unit_test(candidates),	  cmocka_unit_test(generation_guard),
 		cmocka_unit_test(direct_waiters), cmocka_unit_test(stats),
 		cmocka_unit_test(read_view),	  cmocka_unit_test(rebuild),
-		cmocka_unit_test(async_contract),
+		cmocka_unit_test(delta_install),  cmocka_unit_test(async_contract),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
