@@ -46,7 +46,7 @@ void genv_open(struct gate_env *e, const char *url, const char *name, bool wait_
 	memset(e, 0, sizeof(*e));
 	assert_int_equal(uv_loop_init(&e->loop), 0);
 	assert_int_equal(redis_scripts_new(&e->reg), 0);
-	assert_int_equal(gate_scripts_register(e->reg), 0);
+	assert_int_equal(gate_test_scripts_register(e->reg), 0);
 	o.scripts = e->reg;
 	assert_int_equal(redis_conn_new(&e->loop, &o, &e->conn), 0);
 	assert_int_equal(gate_new(e->conn, e->reg, GENV_GEN, &e->g), 0);
