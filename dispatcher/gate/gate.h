@@ -300,8 +300,10 @@ int gate_read_stats(struct gate *g, const char *org, gate_stats_cb cb, void *dat
 
 /* Starts the gate generation (the gate's own, gate_set_generation()) at the system level: writes
  * dsp:v1:{sys}:gen and the system limit with running 0. For the state's builder only (the
- * reconciler under the C11 locks; tests): every org must then be rebuilt under it. Returns 0 or
- * -EINVAL (no generation set, bad bounds). */
+ * reconciler under the C11 locks; tests): every org must then be rebuilt under it. The callback
+ * gets -EEXIST, nothing changed, when the system generation already is the gate's (a reset of the
+ * system count under orgs still built under it would lose their calls at the system level).
+ * Returns 0 or -EINVAL (no generation set, bad bounds). */
 int gate_system_init(struct gate *g, uint64_t version, uint32_t limit, gate_done_cb cb, void *data);
 
 /* (Re)builds an org's slot state under the gate's generation from its live calls

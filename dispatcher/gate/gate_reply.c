@@ -40,6 +40,8 @@ int gate_reply_error(const struct gate_req *req, const redisReply *r)
 	}
 	if (prefix(r, "GATE NOLIMITS"))
 		return -ENOENT;
+	if (prefix(r, "GATE SAMEGEN"))
+		return -EEXIST;
 	if (prefix(r, "GATE OVERFLOW")) {
 		LOG_REQ(LOG_ERROR, req, "gate %s: a count is at its maximum", req->what);
 		return -EOVERFLOW;

@@ -131,14 +131,19 @@ int genv_rebuild(struct gate_env *e, const char *org, const struct gate_slot_rec
 	return w.status;
 }
 
-void genv_fresh(struct gate_env *e, uint32_t system_limit, const char *const *orgs)
+int genv_system_init(struct gate_env *e, uint64_t version, uint32_t system_limit)
 {
 	struct waiter w = { 0 };
 
-	genv_cmd(e, NULL, 0, "FLUSHALL", NULL);
-	assert_int_equal(gate_system_init(e->g, 1, system_limit, done_cb, &w), 0);
+	assert_int_equal(gate_system_init(e->g, version, system_limit, done_cb, &w), 0);
 	run(e, &w);
-	assert_int_equal(w.status, 0);
+	return w.status;
+}
+
+void genv_fresh(struct gate_env *e, uint32_t system_limit, const char *const *orgs)
+{
+	genv_cmd(e, NULL, 0, "FLUSHALL", NULL);
+	assert_int_equal(genv_system_init(e, 1, system_limit), 0);
 	for (size_t i = 0; orgs && orgs[i]; i++)
 		assert_int_equal(genv_rebuild(e, orgs[i], NULL, 0), 0);
 }

@@ -689,6 +689,21 @@ static void async_contract(void **state)
 	expect_admitted(genv_admit_direct(&env, "o1", "ac2", NULL, false), NULL);
 }
 
+/* gate_system_init() under the generation already in force would reset the system count while
+ * the org, still built under it, keeps admitting: the system limit would be exceeded. */
+static void system_init_same_generation(void **state)
+{
+	struct view_copy v;
+
+	genv_fresh(&env, 1, org1);
+	assert_int_equal(genv_limits(&env, "o1", 1, 4, 0, true, "A::a1", NULL), 0);
+	expect_admitted(genv_admit(&env, "o1", "s1", "A"), "A");
+	assert_int_equal(genv_system_init(&env, 2, 1), -EEXIST);
+	assert_int_equal(genv_read(&env, "o1", &v), 0);
+	assert_int_equal(v.v.system_running, 1);
+	expect_refused(genv_admit(&env, "o1", "s2", "A"), FAIRSHARE_LEVEL_SYSTEM, GATE_REASON_FULL);
+}
+
 static void done_never(struct gate *g, int status, void *data)
 {
 	fail();
@@ -805,6 +820,7 @@ int main(void)
 		cmocka_unit_test(async_contract),
 		cmocka_unit_test(test_clock_not_in_product),
 		cmocka_unit_test(admit_reply_consistency),
+		cmocka_unit_test(system_init_same_generation),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
