@@ -16,7 +16,9 @@
 extern const struct embedded_file gate_lua[];
 extern const size_t gate_lua_count;
 
-/* The scripts, and whether each is guarded by a generation key (README.md "Scripts"). */
+/* The scripts, and whether each is guarded by a generation key (README.md "Scripts"). The last
+ * one, the test clock, is registered only by gate_test_scripts_register(): a product registry
+ * cannot pin a clock (a pinned clock_ms would freeze floor expiry and the rolling minute). */
 static const struct {
 	const char *name;
 	bool guarded;
@@ -114,12 +116,17 @@ int gate_org_key(const char *org, const char *what, char *buf, size_t size)
 	return n < 0 || (size_t)n >= size ? -ENOSPC : n;
 }
 
-int gate_scripts_register(struct redis_scripts *reg)
+#define N_SCRIPTS  (sizeof(scripts) / sizeof(scripts[0]))
+#define TEST_CLOCK (N_SCRIPTS - 1)
+
+static int scripts_register(struct redis_scripts *reg, bool tests)
 {
-	for (size_t i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++) {
+	for (size_t i = 0; i < N_SCRIPTS; i++) {
 		const struct embedded_file *f = NULL;
 		int rc;
 
+		if (i == TEST_CLOCK && !tests)
+			continue;
 		for (size_t j = 0; j < gate_lua_count; j++)
 			if (strcmp(gate_lua[j].name, scripts[i].name) == 0)
 				f = &gate_lua[j];
@@ -130,6 +137,16 @@ int gate_scripts_register(struct redis_scripts *reg)
 			return rc;
 	}
 	return 0;
+}
+
+int gate_scripts_register(struct redis_scripts *reg)
+{
+	return scripts_register(reg, false);
+}
+
+int gate_test_scripts_register(struct redis_scripts *reg)
+{
+	return scripts_register(reg, true);
 }
 
 int gate_set_generation(struct gate *g, const char *generation)
@@ -165,9 +182,9 @@ int gate_new(struct redis_conn *conn, const struct redis_scripts *reg, const cha
 	slot[7] = &g->system_init;
 	slot[8] = &g->rebuild;
 	slot[9] = &g->test_clock;
-	for (size_t i = 0; i < sizeof(scripts) / sizeof(scripts[0]); i++) {
+	for (size_t i = 0; i < N_SCRIPTS; i++) {
 		*slot[i] = redis_scripts_find(reg, scripts[i].name);
-		if (!*slot[i]) {
+		if (!*slot[i] && i != TEST_CLOCK) {
 			free(g);
 			return -EINVAL;
 		}
@@ -609,6 +626,8 @@ int gate_test_pin_clock(struct gate *g, const char *org, int64_t now_ms, gate_do
 
 	if (!g || !cb || !id_ok(org))
 		return -EINVAL;
+	if (!g->test_clock)
+		return -ENOTSUP; /* a product registry (gate_scripts_register()) */
 	rc = prepare(g, GATE_OP_DONE, "pin clock", org, NULL, data, &a, 2, &req);
 	if (rc)
 		return rc;

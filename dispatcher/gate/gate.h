@@ -223,6 +223,10 @@ typedef void (*gate_done_cb)(struct gate *g, int status, void *data);
  * a code of redis_scripts_add() (-EEXIST when already registered, -EBUSY once frozen). */
 int gate_scripts_register(struct redis_scripts *reg);
 
+/* Tests only: gate_scripts_register() and the test clock script (gate_test_pin_clock()). The
+ * daemon never calls it, so production can never pin an org's clock. */
+int gate_test_scripts_register(struct redis_scripts *reg);
+
 /* Creates a gate over conn (borrowed: it must outlive the gate) whose registry reg (borrowed
  * likewise) holds the gate's scripts. generation (copied, may be NULL: set it later) is G.
  * *out is owned by the caller until gate_free(). Returns 0, -EINVAL (scripts not registered, a
@@ -296,8 +300,10 @@ int gate_read_stats(struct gate *g, const char *org, gate_stats_cb cb, void *dat
 
 /* Starts the gate generation (the gate's own, gate_set_generation()) at the system level: writes
  * dsp:v1:{sys}:gen and the system limit with running 0. For the state's builder only (the
- * reconciler under the C11 locks; tests): every org must then be rebuilt under it. Returns 0 or
- * -EINVAL (no generation set, bad bounds). */
+ * reconciler under the C11 locks; tests): every org must then be rebuilt under it. The callback
+ * gets -EEXIST, nothing changed, when the system generation already is the gate's (a reset of the
+ * system count under orgs still built under it would lose their calls at the system level).
+ * Returns 0 or -EINVAL (no generation set, bad bounds). */
 int gate_system_init(struct gate *g, uint64_t version, uint32_t limit, gate_done_cb cb, void *data);
 
 /* (Re)builds an org's slot state under the gate's generation from its live calls
@@ -308,7 +314,8 @@ int gate_org_rebuild(struct gate *g, const char *org, const struct gate_slot_rec
 		     uint32_t n, gate_done_cb cb, void *data);
 
 /* Tests only: pins the clock of the org's scripts to now_ms (a negative value unpins it), so
- * the shared test vectors can set their clock. Production never calls it. Returns 0 or -EINVAL. */
+ * the shared test vectors can set their clock. Returns 0, -EINVAL, or -ENOTSUP when the gate's
+ * registry was filled by gate_scripts_register() (the product's: the script is not there). */
 int gate_test_pin_clock(struct gate *g, const char *org, int64_t now_ms, gate_done_cb cb,
 			void *data);
 

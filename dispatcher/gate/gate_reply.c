@@ -40,6 +40,8 @@ int gate_reply_error(const struct gate_req *req, const redisReply *r)
 	}
 	if (prefix(r, "GATE NOLIMITS"))
 		return -ENOENT;
+	if (prefix(r, "GATE SAMEGEN"))
+		return -EEXIST;
 	if (prefix(r, "GATE OVERFLOW")) {
 		LOG_REQ(LOG_ERROR, req, "gate %s: a count is at its maximum", req->what);
 		return -EOVERFLOW;
@@ -100,7 +102,7 @@ static int parse_admit(const struct gate_req *req, const redisReply *r,
 	};
 	if (res->outcome == GATE_HELD) {
 		res->agent = id_or_null(str_at(r, 6));
-		if (!int_at(r, 7, &d[0]) || d[0] < 0)
+		if (v[5] != 0 || !str_at(r, 6) || !int_at(r, 7, &d[0]) || d[0] < 0)
 			return gate_reply_malformed(req, "held record");
 		res->taken_ms = (uint64_t)d[0];
 		return 0;
@@ -115,7 +117,17 @@ static int parse_admit(const struct gate_req *req, const redisReply *r,
 		res->decisions[i] = (struct gate_decision){ .level = (enum fairshare_level)d[0],
 							    .reason = (enum gate_reason)d[1],
 							    .fcfs = d[2] == 1 };
+		/* Only the last decision of an admission admits (level none, reason none); every
+		 * decision of a refusal names a level. Anything else is not read as an admission. */
+		if ((d[0] == FAIRSHARE_LEVEL_NONE) != (d[1] == 0) ||
+		    (d[0] == FAIRSHARE_LEVEL_NONE) !=
+			    (res->outcome == GATE_ADMITTED && i + 1 == res->n_decisions))
+			return gate_reply_malformed(req, "decision against outcome");
 	}
+	/* An admission names what it admitted: a candidate, or "*" for a direct dial. */
+	if (res->outcome == GATE_ADMITTED &&
+	    (req->direct ? strcmp(campaign, "*") != 0 : !res->campaign))
+		return gate_reply_malformed(req, "admitted campaign");
 	if (res->outcome == GATE_ADMITTED)
 		res->index = req->direct ? -1 : (int)res->n_decisions - 1;
 	return 0;

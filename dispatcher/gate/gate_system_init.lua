@@ -5,7 +5,7 @@
 -- Not guarded: it writes the system generation key.
 -- KEYS: sys_gen sys
 -- ARGV: gen version limit
--- Reply: "OK"
+-- Reply: "OK"; error GATE SAMEGEN when the system generation already is gen (nothing changed)
 
 local SF = '<I4I4d'
 local v, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -13,6 +13,11 @@ if #ARGV[1] < 1 or #ARGV[1] > 64 or not string.match(ARGV[2], '^%d+$') or
 	not string.match(ARGV[3], '^%d+$') or v < 1 or v > 9007199254740991 or limit < 1 or
 	limit > 1073741824 then
 	return redis.error_reply('GATE ARGS gen, version or limit')
+end
+-- The generation in force again would reset the system count under orgs still built under it
+-- (their calls would no longer count at the system level): a new state needs a new G.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+	return redis.error_reply('GATE SAMEGEN the system state is already built under this generation')
 end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'v', struct.pack(SF, limit, 0, v))

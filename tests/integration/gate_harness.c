@@ -46,7 +46,7 @@ void genv_open(struct gate_env *e, const char *url, const char *name, bool wait_
 	memset(e, 0, sizeof(*e));
 	assert_int_equal(uv_loop_init(&e->loop), 0);
 	assert_int_equal(redis_scripts_new(&e->reg), 0);
-	assert_int_equal(gate_scripts_register(e->reg), 0);
+	assert_int_equal(gate_test_scripts_register(e->reg), 0);
 	o.scripts = e->reg;
 	assert_int_equal(redis_conn_new(&e->loop, &o, &e->conn), 0);
 	assert_int_equal(gate_new(e->conn, e->reg, GENV_GEN, &e->g), 0);
@@ -131,14 +131,19 @@ int genv_rebuild(struct gate_env *e, const char *org, const struct gate_slot_rec
 	return w.status;
 }
 
-void genv_fresh(struct gate_env *e, uint32_t system_limit, const char *const *orgs)
+int genv_system_init(struct gate_env *e, uint64_t version, uint32_t system_limit)
 {
 	struct waiter w = { 0 };
 
-	genv_cmd(e, NULL, 0, "FLUSHALL", NULL);
-	assert_int_equal(gate_system_init(e->g, 1, system_limit, done_cb, &w), 0);
+	assert_int_equal(gate_system_init(e->g, version, system_limit, done_cb, &w), 0);
 	run(e, &w);
-	assert_int_equal(w.status, 0);
+	return w.status;
+}
+
+void genv_fresh(struct gate_env *e, uint32_t system_limit, const char *const *orgs)
+{
+	genv_cmd(e, NULL, 0, "FLUSHALL", NULL);
+	assert_int_equal(genv_system_init(e, 1, system_limit), 0);
 	for (size_t i = 0; orgs && orgs[i]; i++)
 		assert_int_equal(genv_rebuild(e, orgs[i], NULL, 0), 0);
 }

@@ -36,6 +36,8 @@ long long genv_cmd(struct gate_env *e, char *out, size_t size, ...);
 
 /* FLUSHALL, then the system (limit, version 1) and each org of orgs (NULL-terminated) built
  * under GENV_GEN. */
+/* gate_system_init() under the gate's generation; its status. */
+int genv_system_init(struct gate_env *e, uint64_t version, uint32_t system_limit);
 void genv_fresh(struct gate_env *e, uint32_t system_limit, const char *const *orgs);
 
 struct admit_out {

@@ -5,6 +5,7 @@
 #include "error.h"
 #include "fixture.h"
 #include "gate_harness.h"
+#include "gate_int.h"
 
 #include <errno.h>
 #include <setjmp.h>
@@ -688,15 +689,138 @@ static void async_contract(void **state)
 	expect_admitted(genv_admit_direct(&env, "o1", "ac2", NULL, false), NULL);
 }
 
+/* gate_system_init() under the generation already in force would reset the system count while
+ * the org, still built under it, keeps admitting: the system limit would be exceeded. */
+static void system_init_same_generation(void **state)
+{
+	struct view_copy v;
+
+	genv_fresh(&env, 1, org1);
+	assert_int_equal(genv_limits(&env, "o1", 1, 4, 0, true, "A::a1", NULL), 0);
+	expect_admitted(genv_admit(&env, "o1", "s1", "A"), "A");
+	assert_int_equal(genv_system_init(&env, 2, 1), -EEXIST);
+	assert_int_equal(genv_read(&env, "o1", &v), 0);
+	assert_int_equal(v.v.system_running, 1);
+	expect_refused(genv_admit(&env, "o1", "s2", "A"), FAIRSHARE_LEVEL_SYSTEM, GATE_REASON_FULL);
+}
+
+static void done_never(struct gate *g, int status, void *data)
+{
+	fail();
+}
+
+/* The test clock is not in the product's registry: production cannot pin an org's clock. */
+static void test_clock_not_in_product(void **state)
+{
+	struct redis_scripts *reg;
+	struct gate *g2;
+
+	assert_int_equal(redis_scripts_new(&reg), 0);
+	assert_int_equal(gate_scripts_register(reg), 0);
+	assert_null(redis_scripts_find(reg, "gate_test_clock.lua"));
+	assert_non_null(redis_scripts_find(reg, "gate_admit.lua"));
+	assert_int_equal(gate_new(env.conn, reg, GENV_GEN, &g2), 0);
+	assert_int_equal(gate_test_pin_clock(g2, "o1", 1000, done_never, NULL), -ENOTSUP);
+	gate_free(g2);
+	redis_scripts_free(reg);
+	assert_non_null(redis_scripts_find(env.reg, "gate_test_clock.lua"));
+}
+
+struct parsed {
+	int calls, status;
+	struct gate_admit_result r;
+};
+
+static void parsed_cb(struct gate *g, int status, const struct gate_admit_result *r, void *data)
+{
+	struct parsed *p = data;
+
+	p->calls++;
+	p->status = status;
+	if (r)
+		p->r = *r;
+}
+
+/* Feeds a fabricated admission reply {ints..., with a string at index 1 and 6} to the parser. */
+static struct parsed parse_fake(bool direct, uint32_t n_candidates, const char *campaign,
+				const long long *v, size_t n)
+{
+	redisReply el[16], *elp[16],
+		arr = { .type = REDIS_REPLY_ARRAY, .elements = n, .element = elp };
+	struct gate_req req = {
+		.op = GATE_OP_ADMIT, .direct = direct, .n_candidates = n_candidates, .what = "admit"
+	};
+	struct parsed p = { 0 };
+
+	assert_true(n <= 16);
+	for (size_t i = 0; i < n; i++) {
+		elp[i] = &el[i];
+		el[i] = (redisReply){ .type = REDIS_REPLY_INTEGER, .integer = v[i] };
+	}
+	el[1] = (redisReply){ .type = REDIS_REPLY_STRING,
+			      .str = (char *)campaign,
+			      .len = strlen(campaign) };
+	req.cb.admit = parsed_cb;
+	req.data = &p;
+	gate_reply_dispatch(&req, 0, &arr);
+	assert_int_equal(p.calls, 1);
+	return p;
+}
+
+/* A reply whose outcome and decisions disagree is malformed, never an admission. */
+static void admit_reply_consistency(void **state)
+{
+	/* Well formed: refused by A (agent), admitted at B. */
+	const long long ok[] = { 1, 0, 5, 0, 0, 2, 3, 1, 0, 0, 0, 0 };
+	/* Outcome 1, but the only decision refused at the organisation level. */
+	const long long refused_as_admitted[] = { 1, 0, 5, 0, 0, 1, 2, 1, 0 };
+	/* Outcome 1, the first decision admitted and a second one after it. */
+	const long long admitted_first[] = { 1, 0, 5, 0, 0, 2, 0, 0, 0, 5, 3, 0 };
+	/* Outcome 0 with an admitting decision. */
+	const long long admitted_as_refused[] = { 0, 0, 5, 0, 0, 1, 0, 0, 0 };
+	/* Level none with a reason. */
+	const long long none_with_reason[] = { 1, 0, 5, 0, 0, 1, 0, 3, 0 };
+	struct parsed p;
+
+	p = parse_fake(false, 2, "B", ok, 12);
+	assert_int_equal(p.status, 0);
+	assert_int_equal(p.r.outcome, GATE_ADMITTED);
+	assert_int_equal(p.r.index, 1);
+	p = parse_fake(false, 1, "A", refused_as_admitted, 9);
+	assert_int_equal(p.status, DSP_EREDIS);
+	p = parse_fake(false, 2, "A", admitted_first, 12);
+	assert_int_equal(p.status, DSP_EREDIS);
+	p = parse_fake(false, 1, "", admitted_as_refused, 9);
+	assert_int_equal(p.status, DSP_EREDIS);
+	p = parse_fake(false, 1, "A", none_with_reason, 9);
+	assert_int_equal(p.status, DSP_EREDIS);
+	/* Admitted without a campaign: batch needs a candidate, direct needs "*". */
+	p = parse_fake(false, 1, "", (const long long[]){ 1, 0, 5, 0, 0, 1, 0, 0, 0 }, 9);
+	assert_int_equal(p.status, DSP_EREDIS);
+	p = parse_fake(true, 1, "*", (const long long[]){ 1, 0, 5, 0, 0, 1, 0, 0, 0 }, 9);
+	assert_int_equal(p.status, 0);
+	p = parse_fake(true, 1, "", (const long long[]){ 1, 0, 5, 0, 0, 1, 0, 0, 0 }, 9);
+	assert_int_equal(p.status, DSP_EREDIS);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(levels),	  cmocka_unit_test(idempotence),
-		cmocka_unit_test(fencing),	  cmocka_unit_test(floor_expiry),
-		cmocka_unit_test(candidates),	  cmocka_unit_test(generation_guard),
-		cmocka_unit_test(direct_waiters), cmocka_unit_test(stats),
-		cmocka_unit_test(read_view),	  cmocka_unit_test(rebuild),
-		cmocka_unit_test(delta_install),  cmocka_unit_test(async_contract),
+		cmocka_unit_test(levels),
+		cmocka_unit_test(idempotence),
+		cmocka_unit_test(fencing),
+		cmocka_unit_test(floor_expiry),
+		cmocka_unit_test(candidates),
+		cmocka_unit_test(generation_guard),
+		cmocka_unit_test(direct_waiters),
+		cmocka_unit_test(stats),
+		cmocka_unit_test(read_view),
+		cmocka_unit_test(rebuild),
+		cmocka_unit_test(delta_install),
+		cmocka_unit_test(async_contract),
+		cmocka_unit_test(test_clock_not_in_product),
+		cmocka_unit_test(admit_reply_consistency),
+		cmocka_unit_test(system_init_same_generation),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
