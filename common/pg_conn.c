@@ -22,7 +22,8 @@ int pg_stmts_new(struct pg_stmts **out)
 
 int pg_stmts_add(struct pg_stmts *set, const char *sql, int nparams, const struct pg_stmt **out)
 {
-	if (!sql || nparams < 0 || nparams > 65535 || conn_sql_is_copy(sql))
+	if (!sql || nparams < 0 || nparams > 65535 || conn_sql_is_copy(sql) ||
+	    conn_sql_is_txn_control(sql))
 		return -EINVAL;
 	if (set->frozen)
 		return -EBUSY;

@@ -153,7 +153,6 @@ void req_free(struct pg_req *req);
 int req_enqueue(struct pg_conn *conn, struct pg_req *req);
 void req_enqueue_held(struct pg_conn *conn, struct pg_req *req);
 int conn_check_query(const struct pg_conn *conn, const struct pg_query *q);
-bool conn_sql_is_copy(const char *sql);
 void pipe_schedule(struct pg_conn *conn);
 void pipe_flush_out(struct pg_conn *conn);
 void pipe_send_setup(struct pg_conn *conn, struct pg_req *req);
@@ -163,6 +162,11 @@ void pipe_arm_deadline(struct pg_conn *conn, uint64_t due);
 void pipe_fail_all(struct pg_conn *conn, int inflight_status, int queued_status);
 void pipe_flush_cb(uv_idle_t *h);
 void pipe_deadline_cb(uv_timer_t *t);
+
+/* pg_sql.c: whether a statement's text (NULL allowed) is a COPY, or transaction control that
+ * would begin or end a transaction block (ROLLBACK TO a savepoint is not). */
+bool conn_sql_is_copy(const char *sql);
+bool conn_sql_is_txn_control(const char *sql);
 
 /* pg_txn.c */
 void txn_take_hold(struct pg_conn *conn, struct pg_req *hold);

@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* --- requests --- */
 
@@ -152,24 +151,15 @@ static void unqueue(struct pg_conn *conn, struct pg_req *req)
 	req->on_holdq = false;
 }
 
-static bool is_copy(const char *sql)
-{
-	sql += strspn(sql, " \t\r\n");
-	return strncasecmp(sql, "copy", 4) == 0 && strchr(" \t\r\n(", sql[4]) && sql[4];
-}
-
 int conn_check_query(const struct pg_conn *conn, const struct pg_query *q)
 {
 	if (!q || q->nparams < 0 || q->nparams > 65535 || (q->nparams > 0 && !q->values))
 		return -EINVAL;
 	if (q->stmt)
 		return q->stmt->set == conn->stmts && q->nparams == q->stmt->nparams ? 0 : -EINVAL;
-	return q->sql && !is_copy(q->sql) ? 0 : -EINVAL;
-}
-
-bool conn_sql_is_copy(const char *sql)
-{
-	return sql && is_copy(sql);
+	if (!q->sql || conn_sql_is_copy(q->sql) || conn_sql_is_txn_control(q->sql))
+		return -EINVAL;
+	return 0;
 }
 
 /* Queues req (not yet on any list). Returns 0, or an error with req untouched (the caller frees

@@ -53,8 +53,10 @@ int pg_conn_begin(struct pg_conn *conn, const struct pg_txn_options *opts, pg_tx
 		  void *data);
 
 /* Sends one statement inside the transaction. Returns 0 (cb will be called once), -EINVAL (bad
- * query), -EBUSY (commit or rollback already called), -ENOMEM, or, when the transaction is
- * already lost, -ECONNRESET, -ETIMEDOUT or -ECANCELED. */
+ * query, or transaction control as in pg_conn_exec(): the transaction ends with pg_txn_commit()
+ * or pg_txn_rollback(); SAVEPOINT, RELEASE and ROLLBACK TO are allowed), -EBUSY (commit or
+ * rollback already called), -ENOMEM, or, when the transaction is already lost, -ECONNRESET,
+ * -ETIMEDOUT or -ECANCELED. */
 int pg_txn_exec(struct pg_txn *txn, const struct pg_query *q, pg_result_cb cb, void *data);
 
 /* Ends the transaction with COMMIT and gives the handle up. cb (may be NULL) gets 0 once

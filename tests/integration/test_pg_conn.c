@@ -180,6 +180,59 @@ static void script_returns_every_result(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* Transaction control sent as an ordinary statement would leave the session in (or take it out
+ * of) a transaction block that other callers' pipelined statements then join: refused up front
+ * however it is spelled, as a statement, in a batch or as a registered statement. A COPY
+ * behind a comment is still a COPY. */
+static void transaction_control_refused(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 };
+	static const char *const refused[] = {
+		"BEGIN",
+		"  begin isolation level serializable",
+		"/* a /* nested */ comment */ COMMIT",
+		"-- a comment\nROLLBACK",
+		"rollback work",
+		"START TRANSACTION",
+		"END",
+		"abort",
+		"COMMIT PREPARED 'x'",
+		"PREPARE TRANSACTION 'x'",
+		"/* c */ COPY t FROM STDIN",
+	};
+	static const char *const allowed[] = {
+		"SELECT 'begin'",
+		"SELECT 1 AS commit",
+		"/* BEGIN */ SELECT 2",
+	};
+
+	uv_loop_init(&loop);
+	struct pg_conn_options o = {
+		.conninfo = svc.database_url,
+		.connect_timeout_ms = 10000,
+		.query_timeout_ms = 10000,
+	};
+	struct pg_conn *c;
+	const struct pg_stmt *stmt;
+	assert_int_equal(pg_conn_new(&loop, &o, &c), 0);
+	assert_int_equal(pg_conn_prepare(c, "BEGIN", 0, &stmt), -EINVAL);
+	assert_int_equal(pg_conn_prepare(c, "commit", 0, &stmt), -EINVAL);
+	assert_int_equal(pg_conn_start(c), 0);
+	fixture_run_until(&loop, is_up, c, 60000);
+
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct pg_query b[] = { { .sql = "SELECT 1" }, { .sql = refused[i] } };
+		assert_int_equal(pg_conn_exec(c, &b[1], result_cb, &p), -EINVAL);
+		assert_int_equal(pg_conn_batch(c, b, 2, result_cb, &p), -EINVAL);
+	}
+	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+		assert_int_equal(query(&loop, c, &p, NULL, allowed[i], 0, NULL), 0);
+	assert_int_equal(p.calls, 3);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
 struct retry_probe {
 	struct probe p;
 	struct pg_conn *conn;
@@ -435,6 +488,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(statements_and_errors),
+		cmocka_unit_test(transaction_control_refused),
 		cmocka_unit_test(script_returns_every_result),
 		cmocka_unit_test(deadline_drops_and_reconnects),
 		cmocka_unit_test(queue_bound_times_out_unsent),

@@ -208,6 +208,39 @@ static void interactive_error_rolls_back(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* Inside an interactive transaction, savepoints work (ROLLBACK TO keeps the transaction), but
+ * a statement that would end it behind the layer's back is refused: the transaction's end is
+ * pg_txn_commit() or pg_txn_rollback(). */
+static void savepoints_but_no_transaction_control(void **state)
+{
+	uv_loop_t loop;
+	struct plain_txn t = { 0 };
+	struct probe p = { 0 }, commit = { 0 };
+
+	PQclear(fixture_sql(admin, "CREATE TABLE tsp (a int)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, 10000);
+	struct pg_txn *txn = begin(&loop, c, &t, NULL);
+	assert_int_equal(txn_exec(&loop, txn, &p, "INSERT INTO tsp VALUES (1)"), 0);
+	static const char *const refused[] = { "COMMIT", "rollback", "END", "BEGIN",
+					       "ROLLBACK AND CHAIN" };
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		assert_int_equal(pg_txn_exec(txn, &(struct pg_query){ .sql = refused[i] },
+					     probe_result_cb, &p),
+				 -EINVAL);
+	assert_int_equal(txn_exec(&loop, txn, &p, "SAVEPOINT s1"), 0);
+	assert_int_equal(txn_exec(&loop, txn, &p, "INSERT INTO tsp VALUES (2)"), 0);
+	assert_int_equal(txn_exec(&loop, txn, &p, "ROLLBACK TO SAVEPOINT s1"), 0);
+	assert_int_equal(txn_exec(&loop, txn, &p, "RELEASE s1"), 0);
+	assert_int_equal(rows("tsp"), 0); /* nothing committed yet */
+	assert_int_equal(pg_txn_commit(txn, probe_result_cb, &commit), 0);
+	fixture_run_until_count(&loop, &commit.calls, 1, 60000);
+	assert_int_equal(commit.status, 0);
+	assert_int_equal(admin_int(admin, "SELECT sum(a) FROM tsp"), 1);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
 /* --- isolation, proven with txid_current() --- */
 
 struct iso_a {
@@ -491,6 +524,7 @@ int main(void)
 		cmocka_unit_test(batch_commits_or_rolls_back),
 		cmocka_unit_test(interactive_read_decide_write),
 		cmocka_unit_test(interactive_error_rolls_back),
+		cmocka_unit_test(savepoints_but_no_transaction_control),
 		cmocka_unit_test(third_caller_never_inside),
 		cmocka_unit_test(terminated_mid_transaction_commits_nothing),
 		cmocka_unit_test(transaction_deadline),
