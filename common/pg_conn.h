@@ -157,8 +157,12 @@ int pg_conn_batch(struct pg_conn *conn, const struct pg_query *q, int nq, pg_res
 
 /* Queues a text of several commands separated by semicolons (copied), sent with the simple
  * query protocol outside pipeline mode; cb gets one result per command (the first error stops
- * the rest). Without BEGIN in it, the commands are one implicit transaction. Returns as
- * pg_conn_exec(). */
+ * the rest). Without BEGIN in it, the commands are one implicit transaction. A script that
+ * leaves a transaction block open (a BEGIN without COMMIT, or an error after BEGIN) is rolled
+ * back before the connection takes anything else: cb then gets DSP_EPG with the error, or
+ * -EINVAL when no command failed (what an explicit COMMIT in it committed before stays). No
+ * COPY: COPY FROM STDIN fails the script (DSP_EPG, SQLSTATE 57014); COPY TO STDOUT drops the
+ * connection (-ECONNRESET). Returns as pg_conn_exec(). */
 int pg_conn_script(struct pg_conn *conn, const char *sql, pg_result_cb cb, void *data);
 
 /* Whether the connection is up (connected, prepared, listening) now. */

@@ -67,6 +67,7 @@ struct pg_req {
 	bool ends_hold;	    /* COMMIT/ROLLBACK: the hold ends when it is sent */
 	bool on_holdq;	    /* queued on holdq rather than waitq */
 	bool expired;	    /* its deadline passed */
+	bool rolled_back;   /* REQ_SCRIPT: ROLLBACK sent for a transaction block it left open */
 	int nq;		    /* statements */
 	struct pg_q *q;	    /* nq, in the same block */
 	int cur;	    /* statement whose results are being read */

@@ -405,13 +405,60 @@ static bool pipe_result(struct pg_conn *conn, struct pg_req *req, PGresult *res)
 	return true;
 }
 
+/* A COPY started by a script. libpq would return its COPY state from every PQgetResult() for
+ * ever: COPY FROM STDIN is failed (the script gets the server's error), anything else drops
+ * the connection. Returns false when the loop must stop. */
+static bool script_copy(struct pg_conn *conn, PGresult *res)
+{
+	bool in = PQresultStatus(res) == PGRES_COPY_IN;
+
+	PQclear(res);
+	PG_LOG(conn, LOG_ERROR, "a script ran COPY; use pg_conn_copy_in()");
+	if (!in) {
+		conn_lost(conn, "COPY TO STDOUT in a script");
+		return false;
+	}
+	if (PQputCopyEnd(conn->pg, "COPY is not allowed in a script: use pg_conn_copy_in()") != 1) {
+		conn_lost_pq(conn);
+		return false;
+	}
+	pipe_flush_out(conn);
+	return true;
+}
+
+/* The script's commands are over but it left a transaction block open (a BEGIN without
+ * COMMIT, or an error after BEGIN): every later statement on the connection would run inside
+ * it, so it is rolled back first. Returns false when the loop must stop. */
+static bool script_rollback(struct pg_conn *conn, struct pg_req *req)
+{
+	if (req->rolled_back) {
+		conn_lost(conn, "cannot roll back a script's transaction");
+		return false;
+	}
+	PG_LOG(conn, LOG_WARN, "a script left a transaction open; rolling it back");
+	req->rolled_back = true;
+	if (!PQsendQuery(conn->pg, "ROLLBACK")) {
+		conn_lost_pq(conn);
+		return false;
+	}
+	pipe_flush_out(conn);
+	return true;
+}
+
 /* A result (or the final NULL) of a script or COPY, outside pipeline mode. */
 static bool exclusive_result(struct pg_conn *conn, struct pg_req *req, PGresult *res)
 {
 	if (req->kind == REQ_COPY && copy_result(conn, req, res))
 		return true;
 	if (res) {
-		if (PQresultStatus(res) == PGRES_FATAL_ERROR && req->failed < 0)
+		ExecStatusType st = PQresultStatus(res);
+		if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH)
+			return script_copy(conn, res);
+		if (req->rolled_back) {
+			PQclear(res); /* the ROLLBACK's */
+			return true;
+		}
+		if (st == PGRES_FATAL_ERROR && req->failed < 0)
 			req->failed = req->nres;
 		keep(req, res);
 		return true;
@@ -420,9 +467,11 @@ static bool exclusive_result(struct pg_conn *conn, struct pg_req *req, PGresult 
 		conn_lost_pq(conn); /* a FATAL result then the end: the connection's, not ours */
 		return false;
 	}
+	if (req->kind == REQ_SCRIPT && PQtransactionStatus(conn->pg) != PQTRANS_IDLE)
+		return script_rollback(conn, req);
 	conn->excl = NULL;
 	bool again = PQenterPipelineMode(conn->pg) == 1;
-	finish(conn, req, req->failed >= 0 ? DSP_EPG : 0);
+	finish(conn, req, req->failed >= 0 ? DSP_EPG : req->rolled_back ? -EINVAL : 0);
 	if (!again && conn->pg) {
 		conn->io_failed = true;
 		pipe_schedule(conn);

@@ -102,6 +102,14 @@ static int query(uv_loop_t *loop, struct pg_conn *c, struct probe *p, const stru
 	return p->status;
 }
 
+static long long admin_count(PGconn *admin, const char *sql)
+{
+	PGresult *res = fixture_sql(admin, sql);
+	long long n = atoll(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return n;
+}
+
 static void statements_and_errors(void **state)
 {
 	uv_loop_t loop;
@@ -231,6 +239,80 @@ static void transaction_control_refused(void **state)
 	assert_int_equal(p.calls, 3);
 	pg_conn_close(c, NULL, NULL);
 	fixture_loop_close(&loop);
+}
+
+/* A script that leaves a transaction block open, by an error after its BEGIN or by a BEGIN
+ * without COMMIT, is rolled back before the connection takes anything else: the next caller's
+ * pipelined statement neither fails with 25P02 nor runs inside somebody else's transaction. */
+static void script_never_leaves_a_transaction_open(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 }, next = { 0 };
+	PGconn *admin = fixture_pg(&svc);
+
+	PQclear(fixture_sql(admin, "CREATE TABLE script_tx (a int)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, &p, 10000);
+	assert_int_equal(pg_conn_script(c,
+					"BEGIN; INSERT INTO script_tx VALUES (1); SELECT 1/0; "
+					"COMMIT",
+					result_cb, &p),
+			 0);
+	assert_int_equal(
+		pg_conn_exec(c, &(struct pg_query){ .sql = "SELECT 'next'" }, result_cb, &next), 0);
+	fixture_run_until_count(&loop, &next.calls, 1, 60000);
+	assert_int_equal(p.status, DSP_EPG);
+	assert_string_equal(p.sqlstate, "22012");
+	assert_int_equal(next.status, 0); /* not 25P02 */
+	assert_string_equal(next.value, "next");
+
+	/* A BEGIN without COMMIT: rolled back, reported, and the next statement commits alone. */
+	int want = p.calls + 1;
+	assert_int_equal(
+		pg_conn_script(c, "BEGIN; INSERT INTO script_tx VALUES (2)", result_cb, &p), 0);
+	assert_int_equal(
+		pg_conn_exec(c, &(struct pg_query){ .sql = "INSERT INTO script_tx VALUES (3)" },
+			     result_cb, &next),
+		0);
+	fixture_run_until_count(&loop, &next.calls, 2, 60000);
+	assert_int_equal(p.calls, want);
+	assert_int_equal(p.status, -EINVAL);
+	assert_int_equal(next.status, 0);
+	assert_int_equal(admin_count(admin, "SELECT count(*) FROM script_tx WHERE a = 3"), 1);
+	assert_int_equal(admin_count(admin, "SELECT count(*) FROM script_tx"), 1);
+	assert_int_equal(p.downs, 0);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+	PQfinish(admin);
+}
+
+/* A COPY inside a script (libpq would hand back its COPY state for ever): COPY FROM STDIN is
+ * failed with an error naming pg_conn_copy_in() and the connection stays up; the rows before
+ * it are not committed. */
+static void script_with_copy_fails_cleanly(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 }, next = { 0 };
+	PGconn *admin = fixture_pg(&svc);
+
+	PQclear(fixture_sql(admin, "CREATE TABLE script_copy (a int)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, &p, 10000);
+	assert_int_equal(pg_conn_script(c,
+					"INSERT INTO script_copy VALUES (1); COPY script_copy FROM "
+					"STDIN; SELECT 2",
+					result_cb, &p),
+			 0);
+	fixture_run_until_count(&loop, &p.calls, 1, 60000);
+	assert_int_equal(p.status, DSP_EPG);
+	assert_string_equal(p.sqlstate, "57014");
+	assert_int_equal(query(&loop, c, &next, NULL, "SELECT 'after'", 0, NULL), 0);
+	assert_string_equal(next.value, "after");
+	assert_int_equal(admin_count(admin, "SELECT count(*) FROM script_copy"), 0);
+	assert_int_equal(p.downs, 0);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+	PQfinish(admin);
 }
 
 struct retry_probe {
@@ -490,6 +572,8 @@ int main(void)
 		cmocka_unit_test(statements_and_errors),
 		cmocka_unit_test(transaction_control_refused),
 		cmocka_unit_test(script_returns_every_result),
+		cmocka_unit_test(script_never_leaves_a_transaction_open),
+		cmocka_unit_test(script_with_copy_fails_cleanly),
 		cmocka_unit_test(deadline_drops_and_reconnects),
 		cmocka_unit_test(queue_bound_times_out_unsent),
 		cmocka_unit_test(server_restart_recovers),
