@@ -332,6 +332,9 @@ static void pump(struct pg_conn *conn)
 {
 	bool sent = false;
 
+	/* Deadlines count from the send: the loop's time is that of the start of this turn, and
+	 * the callbacks that ran since may have taken longer than a deadline. */
+	uv_update_time(conn->loop);
 	while (conn->state == ST_UP && !conn->excl && !conn->io_failed) {
 		struct list_node *n = list_first(conn->holder ? &conn->holdq : &conn->waitq);
 		if (!n)
@@ -612,6 +615,11 @@ void pipe_deadline_cb(uv_timer_t *t)
 	uint64_t now = uv_now(conn->loop);
 
 	conn->deadline_due = 0;
+	if (conn->state != ST_UP)
+		return;
+	/* Timers run before the loop reads its sockets: an answer that arrived while the loop was
+	 * busy elsewhere is read first, so that only what is really missing expires. */
+	pipe_input(conn);
 	if (conn->state != ST_UP)
 		return;
 	int expired = expire_inflight(conn, now);

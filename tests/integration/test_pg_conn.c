@@ -361,6 +361,90 @@ static void deadline_drops_and_reconnects(void **state)
 	fixture_loop_close(&loop);
 }
 
+struct stall {
+	long ms;
+	int runs;
+};
+
+static void stall_cb(uv_timer_t *t)
+{
+	struct stall *s = t->data;
+	s->runs++;
+	fixture_sleep_ms(s->ms); /* plays a callback that keeps the loop busy */
+}
+
+/* The statement deadline is counted from when the request really leaves, not from the start
+ * of the loop turn that sends it: a timer callback that keeps that turn busy for longer than
+ * the deadline (before the flush runs) costs the request nothing. */
+static void deadline_counts_from_the_real_send(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 }, q = { 0 };
+	struct stall stall = { .ms = 2500 };
+	uv_timer_t busy;
+	struct pg_conn_stats st;
+
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, &p, 2000);
+	uv_timer_init(&loop, &busy);
+	busy.data = &stall;
+	/* Queued now; the next turn runs the busy timer (timers come first), then the flush. */
+	assert_int_equal(
+		pg_conn_exec(c, &(struct pg_query){ .sql = "SELECT 'on time'" }, result_cb, &q), 0);
+	uv_timer_start(&busy, stall_cb, 0, 0);
+	fixture_run_until_count(&loop, &q.calls, 1, 60000);
+	assert_int_equal(stall.runs, 1);
+	assert_int_equal(q.status, 0);
+	assert_string_equal(q.value, "on time");
+	pg_conn_get_stats(c, &st);
+	assert_int_equal(st.timeouts, 0);
+	assert_int_equal(p.downs, 0);
+	uv_close((uv_handle_t *)&busy, NULL);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
+/* An answer that arrived before the deadline but was not read yet because the loop was busy
+ * (timers run before the loop reads its sockets) is delivered, not reported as a timeout with
+ * the connection dropped. The server is seen to have answered (pg_stat_activity: idle after
+ * our statement) before the loop is held past the deadline. */
+static void answer_already_arrived_is_not_late(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 }, q = { 0 };
+	struct pg_conn_stats st;
+	PGconn *admin = fixture_pg(&svc);
+
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, &p, 1000);
+	assert_int_equal(query(&loop, c, &p, NULL, "SELECT pg_backend_pid()", 0, NULL), 0);
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'idle' AND "
+		 "query = 'SELECT ''answered'''",
+		 p.value);
+	assert_int_equal(
+		pg_conn_exec(c, &(struct pg_query){ .sql = "SELECT 'answered'" }, result_cb, &q),
+		0);
+	uv_run(&loop, UV_RUN_NOWAIT); /* the flush sends it; the server's answer is awaited below */
+	assert_int_equal(q.calls, 0);
+	long long give_up = fixture_now_ms() + 60000;
+	while (admin_count(admin, sql) == 0) {
+		assert_true(fixture_now_ms() < give_up);
+		fixture_sleep_ms(5);
+	}
+	fixture_sleep_ms(1500); /* the loop is busy elsewhere past the deadline */
+	fixture_run_until_count(&loop, &q.calls, 1, 60000);
+	assert_int_equal(q.status, 0);
+	assert_string_equal(q.value, "answered");
+	pg_conn_get_stats(c, &st);
+	assert_int_equal(st.timeouts, 0);
+	assert_int_equal(p.downs, 0);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+	PQfinish(admin);
+}
+
 static bool lock_waiting(PGconn *admin, int key)
 {
 	char sql[160];
@@ -575,6 +659,8 @@ int main(void)
 		cmocka_unit_test(script_never_leaves_a_transaction_open),
 		cmocka_unit_test(script_with_copy_fails_cleanly),
 		cmocka_unit_test(deadline_drops_and_reconnects),
+		cmocka_unit_test(deadline_counts_from_the_real_send),
+		cmocka_unit_test(answer_already_arrived_is_not_late),
 		cmocka_unit_test(queue_bound_times_out_unsent),
 		cmocka_unit_test(server_restart_recovers),
 		cmocka_unit_test(terminated_backend_recovers),
