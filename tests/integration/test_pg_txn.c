@@ -504,6 +504,107 @@ static void close_ends_transactions(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* --- the owner ending or closing from inside a callback --- */
+
+struct ender {
+	struct pg_conn *conn;
+	struct pg_txn *txn;
+	int calls[3];
+	int status[3];
+	int end_rc; /* what pg_txn_rollback() returned inside the callback */
+	int closed;
+};
+
+static void ender_lost_cb(int status, const struct pg_results *r, void *data)
+{
+	struct ender *e = data;
+	e->calls[0]++;
+	e->status[0] = status;
+	/* The usual reaction to a lost transaction: give the handle up at once. */
+	e->end_rc = pg_txn_rollback(e->txn, NULL, NULL);
+}
+
+/* The connection drops under a transaction whose owner gives the handle up from the callback
+ * that reports the loss: the handle is freed once, after that callback (it was freed inside
+ * it, then used and freed again). */
+static void lost_transaction_ended_from_its_callback(void **state)
+{
+	uv_loop_t loop;
+	struct plain_txn t = { 0 };
+	struct probe p = { 0 };
+	struct ender e = { .end_rc = 1 };
+
+	PQclear(fixture_sql(admin, "SELECT pg_advisory_lock(403)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, 60000);
+	e.txn = begin(&loop, c, &t, NULL);
+	assert_int_equal(txn_exec(&loop, e.txn, &p, "SELECT pg_backend_pid()"), 0);
+	char pid[64];
+	snprintf(pid, sizeof(pid), "%s", p.value);
+	assert_int_equal(
+		pg_txn_exec(e.txn, &(struct pg_query){ .sql = "SELECT pg_advisory_xact_lock(403)" },
+			    ender_lost_cb, &e),
+		0);
+	wait_for_lock_waiter(&loop, admin, 403);
+	terminate_backend(admin, pid);
+	fixture_run_until_count(&loop, &e.calls[0], 1, 60000);
+	assert_int_equal(e.status[0], -ECONNRESET);
+	assert_int_equal(e.end_rc, -ECONNRESET);
+	fixture_run_until(&loop, conn_up, c, 60000);
+	PQclear(fixture_sql(admin, "SELECT pg_advisory_unlock(403)"));
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
+static void ender_closed_cb(void *data)
+{
+	((struct ender *)data)->closed++;
+}
+
+static void ender_next_cb(int status, const struct pg_results *r, void *data)
+{
+	struct ender *e = data;
+	int i = e->calls[1] + e->calls[2] == 0 ? 1 : 2;
+	e->calls[i]++;
+	e->status[i] = status;
+}
+
+static void ender_close_cb(int status, const struct pg_results *r, void *data)
+{
+	struct ender *e = data;
+	e->calls[0]++;
+	e->status[0] = status;
+	e->end_rc = pg_txn_commit(e->txn, ender_next_cb, e);
+	pg_conn_close(e->conn, ender_closed_cb, e);
+}
+
+/* The first of two statements in flight commits and closes the connection from its callback:
+ * the second statement and the COMMIT each complete once with -ECANCELED, and the handle is
+ * freed once. */
+static void close_from_a_transaction_callback(void **state)
+{
+	uv_loop_t loop;
+	struct plain_txn t = { 0 };
+	struct ender e = { .end_rc = 1 };
+
+	uv_loop_init(&loop);
+	e.conn = open_conn(&loop, 10000);
+	e.txn = begin(&loop, e.conn, &t, NULL);
+	assert_int_equal(
+		pg_txn_exec(e.txn, &(struct pg_query){ .sql = "SELECT 1" }, ender_close_cb, &e), 0);
+	assert_int_equal(pg_txn_exec(e.txn, &(struct pg_query){ .sql = "SELECT pg_sleep(5)" },
+				     ender_next_cb, &e),
+			 0);
+	fixture_run_until_count(&loop, &e.closed, 1, 60000);
+	assert_int_equal(e.status[0], 0);
+	assert_int_equal(e.end_rc, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(e.calls[i], 1);
+	assert_int_equal(e.status[1], -ECANCELED);
+	assert_int_equal(e.status[2], -ECANCELED);
+	fixture_loop_close(&loop);
+}
+
 static int setup(void **state)
 {
 	fixture_start(&svc, true, false, false, false);
@@ -529,6 +630,8 @@ int main(void)
 		cmocka_unit_test(terminated_mid_transaction_commits_nothing),
 		cmocka_unit_test(transaction_deadline),
 		cmocka_unit_test(close_ends_transactions),
+		cmocka_unit_test(lost_transaction_ended_from_its_callback),
+		cmocka_unit_test(close_from_a_transaction_callback),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
