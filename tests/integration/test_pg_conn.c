@@ -237,6 +237,14 @@ static void transaction_control_refused(void **state)
 	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
 		assert_int_equal(query(&loop, c, &p, NULL, allowed[i], 0, NULL), 0);
 	assert_int_equal(p.calls, 3);
+	/* A BEGIN behind another command never runs: the extended protocol takes one command per
+	 * statement, so the request fails alone and the session stays out of any transaction. */
+	assert_int_equal(query(&loop, c, &p, NULL, "SELECT 1; BEGIN", 0, NULL), DSP_EPG);
+	assert_string_equal(p.sqlstate, "42601");
+	assert_int_equal(query(&loop, c, &p, NULL, "SELECT txid_current()", 0, NULL), 0);
+	long long xid = atoll(p.value);
+	assert_int_equal(query(&loop, c, &p, NULL, "SELECT txid_current()", 0, NULL), 0);
+	assert_true(atoll(p.value) != xid);
 	pg_conn_close(c, NULL, NULL);
 	fixture_loop_close(&loop);
 }

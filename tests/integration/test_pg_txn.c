@@ -420,6 +420,50 @@ static void terminated_mid_transaction_commits_nothing(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* A COMMIT whose answer is lost: COMMIT runs a deferred trigger that waits for a lock the test
+ * holds, the backend is terminated meanwhile. The commit reports -ECONNRESET (its outcome is
+ * the caller's to find out; here nothing was committed), and a statement of another caller
+ * that was sent behind the COMMIT once the hold ended completes once with -ECONNRESET too. */
+static void commit_answer_lost(void **state)
+{
+	uv_loop_t loop;
+	struct plain_txn t = { 0 };
+	struct probe p = { 0 }, commit = { 0 }, other = { 0 };
+
+	PQclear(fixture_sql(admin, "CREATE TABLE tcl (a int)"));
+	PQclear(fixture_sql(admin,
+			    "CREATE FUNCTION tcl_wait() RETURNS trigger LANGUAGE plpgsql AS "
+			    "$$ BEGIN PERFORM pg_advisory_xact_lock(404); RETURN NULL; END $$"));
+	PQclear(fixture_sql(admin, "CREATE CONSTRAINT TRIGGER tcl_at_commit AFTER INSERT ON tcl "
+				   "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "
+				   "tcl_wait()"));
+	PQclear(fixture_sql(admin, "SELECT pg_advisory_lock(404)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, 60000);
+	struct pg_txn *txn = begin(&loop, c, &t, NULL);
+	assert_int_equal(txn_exec(&loop, txn, &p, "INSERT INTO tcl VALUES (1)"), 0);
+	assert_int_equal(txn_exec(&loop, txn, &p, "SELECT pg_backend_pid()"), 0);
+	char pid[64];
+	snprintf(pid, sizeof(pid), "%s", p.value);
+	assert_int_equal(pg_txn_commit(txn, probe_result_cb, &commit), 0);
+	assert_int_equal(pg_conn_exec(c, &(struct pg_query){ .sql = "SELECT 'behind'" },
+				      probe_result_cb, &other),
+			 0);
+	wait_for_lock_waiter(&loop, admin, 404);
+	assert_false(pg_conn_is_claimed(c)); /* the hold ended when COMMIT was sent */
+	terminate_backend(admin, pid);
+	fixture_run_until_count(&loop, &other.calls, 1, 60000);
+	assert_int_equal(commit.calls, 1);
+	assert_int_equal(commit.status, -ECONNRESET);
+	assert_int_equal(other.status, -ECONNRESET);
+	assert_int_equal(rows("tcl"), 0);
+	PQclear(fixture_sql(admin, "SELECT pg_advisory_unlock(404)"));
+	fixture_run_until(&loop, conn_up, c, 60000);
+	assert_int_equal(commit.calls + other.calls, 2);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
 static bool timed_out(void *arg)
 {
 	struct pg_conn_stats st;
@@ -628,6 +672,7 @@ int main(void)
 		cmocka_unit_test(savepoints_but_no_transaction_control),
 		cmocka_unit_test(third_caller_never_inside),
 		cmocka_unit_test(terminated_mid_transaction_commits_nothing),
+		cmocka_unit_test(commit_answer_lost),
 		cmocka_unit_test(transaction_deadline),
 		cmocka_unit_test(close_ends_transactions),
 		cmocka_unit_test(lost_transaction_ended_from_its_callback),
