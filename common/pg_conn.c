@@ -100,7 +100,15 @@ static int watch(struct pg_conn *conn, int events, bool renew)
 
 int conn_watch(struct pg_conn *conn, int events)
 {
-	return watch(conn, events, false);
+	/* Once a send failed the descriptor may be closed: nothing watches it again. */
+	return conn->io_failed ? -EPIPE : watch(conn, events, false);
+}
+
+void conn_io_failed(struct pg_conn *conn)
+{
+	conn->io_failed = true;
+	unwatch(conn);
+	pipe_schedule(conn);
 }
 
 static void notice_cb(void *arg, const char *message)

@@ -146,6 +146,10 @@ struct pg_conn {
 void conn_lost(struct pg_conn *conn, const char *why);
 void conn_lost_pq(struct pg_conn *conn);
 int conn_watch(struct pg_conn *conn, int events);
+/* Sending or flushing failed: libpq may already have closed the socket (it does when it finds
+ * the connection broken), so the poll handle is closed now, before the descriptor can be
+ * reused, and the connection is dropped at the next flush (no callback runs from here). */
+void conn_io_failed(struct pg_conn *conn);
 void conn_dispatch_notifies(struct pg_conn *conn);
 
 /* pg_pipe.c */

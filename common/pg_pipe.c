@@ -259,10 +259,8 @@ void pipe_flush_out(struct pg_conn *conn)
 {
 	int r = PQflush(conn->pg);
 
-	if (r < 0 || conn_watch(conn, UV_READABLE | (r == 1 ? UV_WRITABLE : 0)) < 0) {
-		conn->io_failed = true;
-		pipe_schedule(conn);
-	}
+	if (r < 0 || conn_watch(conn, UV_READABLE | (r == 1 ? UV_WRITABLE : 0)) < 0)
+		conn_io_failed(conn);
 }
 
 static bool send_pipe(struct pg_conn *conn, const struct pg_req *req)
@@ -349,13 +347,13 @@ static void pump(struct pg_conn *conn)
 		sent = true;
 		if (req->kind == REQ_SCRIPT || req->kind == REQ_COPY) {
 			if (!start_exclusive(conn, req))
-				conn->io_failed = true;
+				conn_io_failed(conn);
 			break;
 		}
 		if (req->ends_hold)
 			txn_release_hold(conn);
 		if (!send_pipe(conn, req))
-			conn->io_failed = true;
+			conn_io_failed(conn);
 	}
 	if (sent && !conn->io_failed)
 		pipe_flush_out(conn);
@@ -475,10 +473,8 @@ static bool exclusive_result(struct pg_conn *conn, struct pg_req *req, PGresult 
 	conn->excl = NULL;
 	bool again = PQenterPipelineMode(conn->pg) == 1;
 	finish(conn, req, req->failed >= 0 ? DSP_EPG : req->rolled_back ? -EINVAL : 0);
-	if (!again && conn->pg) {
-		conn->io_failed = true;
-		pipe_schedule(conn);
-	}
+	if (!again && conn->pg)
+		conn_io_failed(conn);
 	return true;
 }
 
@@ -615,8 +611,8 @@ void pipe_deadline_cb(uv_timer_t *t)
 	uint64_t now = uv_now(conn->loop);
 
 	conn->deadline_due = 0;
-	if (conn->state != ST_UP)
-		return;
+	if (conn->state != ST_UP || conn->io_failed)
+		return; /* the flush drops a failed connection */
 	/* Timers run before the loop reads its sockets: an answer that arrived while the loop was
 	 * busy elsewhere is read first, so that only what is really missing expires. */
 	pipe_input(conn);
