@@ -17,9 +17,10 @@
  *
  * Deadlines. A request waits in the send queue at most queue_timeout_ms: past it, it completes
  * with -ETIMEDOUT without being sent, and the connection is kept. Once sent, a request has
- * query_timeout_ms (a transaction: its own deadline for the whole): past it, it completes with
- * -ETIMEDOUT and the connection is dropped and re-made (libpq 15 can only cancel with a
- * blocking call).
+ * query_timeout_ms from the moment it left (a transaction: its own deadline for the whole):
+ * past it, it completes with -ETIMEDOUT and the connection is dropped and re-made (libpq 15
+ * can only cancel with a blocking call). Answers that arrived while the loop was busy are read
+ * before anything is declared late.
  *
  * Failures. While the connection is down, requests are refused at once with -ENOTCONN. When it
  * goes down, every request that was sent completes with -ECONNRESET (it may or may not have
