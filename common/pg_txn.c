@@ -122,18 +122,20 @@ void txn_request_done(struct pg_conn *conn, struct pg_req *req, int status, stru
 		hold_done(conn, req, status);
 		return;
 	}
-	txn->pending--;
 	if (rolled_back_commit(req, status)) {
 		/* An earlier statement failed: PostgreSQL answered COMMIT with ROLLBACK. */
 		status = DSP_EPG;
 		r->error = txn->error;
 	}
+	/* The request stays pending during its callback, so that the owner giving the handle up
+	 * there (or closing the connection, which completes the others) cannot free it under us. */
 	if (req->cb)
 		req->cb(status, r, req->data);
 	if (status == DSP_EPG && !txn->error && !req->ends_hold && r->error) {
 		txn->error = req->res[req->nres - 1]; /* kept for the commit's answer */
 		req->res[req->nres - 1] = NULL;
 	}
+	txn->pending--;
 	free_if_done(txn);
 }
 
