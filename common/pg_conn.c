@@ -22,7 +22,8 @@ int pg_stmts_new(struct pg_stmts **out)
 
 int pg_stmts_add(struct pg_stmts *set, const char *sql, int nparams, const struct pg_stmt **out)
 {
-	if (!sql || nparams < 0 || nparams > 65535 || conn_sql_is_copy(sql))
+	if (!sql || nparams < 0 || nparams > 65535 || conn_sql_is_copy(sql) ||
+	    conn_sql_is_txn_control(sql))
 		return -EINVAL;
 	if (set->frozen)
 		return -EBUSY;
@@ -99,7 +100,15 @@ static int watch(struct pg_conn *conn, int events, bool renew)
 
 int conn_watch(struct pg_conn *conn, int events)
 {
-	return watch(conn, events, false);
+	/* Once a send failed the descriptor may be closed: nothing watches it again. */
+	return conn->io_failed ? -EPIPE : watch(conn, events, false);
+}
+
+void conn_io_failed(struct pg_conn *conn)
+{
+	conn->io_failed = true;
+	unwatch(conn);
+	pipe_schedule(conn);
 }
 
 static void notice_cb(void *arg, const char *message)

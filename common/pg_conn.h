@@ -17,9 +17,10 @@
  *
  * Deadlines. A request waits in the send queue at most queue_timeout_ms: past it, it completes
  * with -ETIMEDOUT without being sent, and the connection is kept. Once sent, a request has
- * query_timeout_ms (a transaction: its own deadline for the whole): past it, it completes with
- * -ETIMEDOUT and the connection is dropped and re-made (libpq 15 can only cancel with a
- * blocking call).
+ * query_timeout_ms from the moment it left (a transaction: its own deadline for the whole):
+ * past it, it completes with -ETIMEDOUT and the connection is dropped and re-made (libpq 15
+ * can only cancel with a blocking call). Answers that arrived while the loop was busy are read
+ * before anything is declared late.
  *
  * Failures. While the connection is down, requests are refused at once with -ENOTCONN. When it
  * goes down, every request that was sent completes with -ECONNRESET (it may or may not have
@@ -111,8 +112,8 @@ int pg_stmts_new(struct pg_stmts **out);
 
 /* Registers a statement (sql copied) and returns its handle in *out, valid until the set is
  * freed. It is prepared under a generated name on every connection using the set. Returns 0,
- * -EINVAL (no sql, nparams outside 0..65535), -EBUSY once a connection using the set has
- * started, or -ENOMEM. */
+ * -EINVAL (no sql, nparams outside 0..65535, a COPY or transaction control as in
+ * pg_conn_exec()), -EBUSY once a connection using the set has started, or -ENOMEM. */
 int pg_stmts_add(struct pg_stmts *set, const char *sql, int nparams, const struct pg_stmt **out);
 
 /* Frees a set and its handles; no connection may still use it. NULL is allowed. */
@@ -137,23 +138,32 @@ int pg_conn_listen(struct pg_conn *conn, const char *channel, pg_notify_cb cb, v
 int pg_conn_start(struct pg_conn *conn);
 
 /* Queues one statement. Returns 0 (cb will be called once), -EINVAL (bad query: no text, a
- * COPY, nparams outside 0..65535 or not the statement's, a handle of another set), -ENOTCONN
- * while down, -EAGAIN when the queue is full, -ESHUTDOWN after close, -ENOMEM. */
+ * COPY, transaction control, nparams outside 0..65535 or not the statement's, a handle of
+ * another set), -ENOTCONN while down, -EAGAIN when the queue is full, -ESHUTDOWN after close,
+ * -ENOMEM. Transaction control is a text whose first keyword (after blanks and comments) is
+ * BEGIN, START, COMMIT, END, ABORT, ROLLBACK (but not ROLLBACK TO a savepoint) or PREPARE
+ * TRANSACTION: sent as an ordinary statement, a BEGIN would leave the session inside a
+ * transaction block that every later caller's statement joins (use pg_txn.h). */
 int pg_conn_exec(struct pg_conn *conn, const struct pg_query *q, pg_result_cb cb, void *data);
 
 /* Queues nq statements (1..1000) as one transaction, with nobody else's statement inside it and
  * one deadline for the whole: either every statement succeeds and the transaction commits (cb
  * gets every result), or the first error rolls everything back (cb gets DSP_EPG, the results up
- * to the failing one, r->failed its index). The statements must not contain transaction control
- * (BEGIN, COMMIT, SAVEPOINT...): the batch is the implicit transaction that PostgreSQL opens for
- * the statements before one pipeline sync. Returns as pg_conn_exec(). */
+ * to the failing one, r->failed its index). The batch is the implicit transaction that
+ * PostgreSQL opens for the statements before one pipeline sync, so transaction control is
+ * refused (-EINVAL, as in pg_conn_exec()); a SAVEPOINT fails its batch. Returns as
+ * pg_conn_exec(). */
 int pg_conn_batch(struct pg_conn *conn, const struct pg_query *q, int nq, pg_result_cb cb,
 		  void *data);
 
 /* Queues a text of several commands separated by semicolons (copied), sent with the simple
  * query protocol outside pipeline mode; cb gets one result per command (the first error stops
- * the rest). Without BEGIN in it, the commands are one implicit transaction. Returns as
- * pg_conn_exec(). */
+ * the rest). Without BEGIN in it, the commands are one implicit transaction. A script that
+ * leaves a transaction block open (a BEGIN without COMMIT, or an error after BEGIN) is rolled
+ * back before the connection takes anything else: cb then gets DSP_EPG with the error, or
+ * -EINVAL when no command failed (what an explicit COMMIT in it committed before stays). No
+ * COPY: COPY FROM STDIN fails the script (DSP_EPG, SQLSTATE 57014); COPY TO STDOUT drops the
+ * connection (-ECONNRESET). Returns as pg_conn_exec(). */
 int pg_conn_script(struct pg_conn *conn, const char *sql, pg_result_cb cb, void *data);
 
 /* Whether the connection is up (connected, prepared, listening) now. */

@@ -67,6 +67,7 @@ struct pg_req {
 	bool ends_hold;	    /* COMMIT/ROLLBACK: the hold ends when it is sent */
 	bool on_holdq;	    /* queued on holdq rather than waitq */
 	bool expired;	    /* its deadline passed */
+	bool rolled_back;   /* REQ_SCRIPT: ROLLBACK sent for a transaction block it left open */
 	int nq;		    /* statements */
 	struct pg_q *q;	    /* nq, in the same block */
 	int cur;	    /* statement whose results are being read */
@@ -145,6 +146,10 @@ struct pg_conn {
 void conn_lost(struct pg_conn *conn, const char *why);
 void conn_lost_pq(struct pg_conn *conn);
 int conn_watch(struct pg_conn *conn, int events);
+/* Sending or flushing failed: libpq may already have closed the socket (it does when it finds
+ * the connection broken), so the poll handle is closed now, before the descriptor can be
+ * reused, and the connection is dropped at the next flush (no callback runs from here). */
+void conn_io_failed(struct pg_conn *conn);
 void conn_dispatch_notifies(struct pg_conn *conn);
 
 /* pg_pipe.c */
@@ -153,7 +158,6 @@ void req_free(struct pg_req *req);
 int req_enqueue(struct pg_conn *conn, struct pg_req *req);
 void req_enqueue_held(struct pg_conn *conn, struct pg_req *req);
 int conn_check_query(const struct pg_conn *conn, const struct pg_query *q);
-bool conn_sql_is_copy(const char *sql);
 void pipe_schedule(struct pg_conn *conn);
 void pipe_flush_out(struct pg_conn *conn);
 void pipe_send_setup(struct pg_conn *conn, struct pg_req *req);
@@ -163,6 +167,11 @@ void pipe_arm_deadline(struct pg_conn *conn, uint64_t due);
 void pipe_fail_all(struct pg_conn *conn, int inflight_status, int queued_status);
 void pipe_flush_cb(uv_idle_t *h);
 void pipe_deadline_cb(uv_timer_t *t);
+
+/* pg_sql.c: whether a statement's text (NULL allowed) is a COPY, or transaction control that
+ * would begin or end a transaction block (ROLLBACK TO a savepoint is not). */
+bool conn_sql_is_copy(const char *sql);
+bool conn_sql_is_txn_control(const char *sql);
 
 /* pg_txn.c */
 void txn_take_hold(struct pg_conn *conn, struct pg_req *hold);

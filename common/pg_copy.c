@@ -103,8 +103,7 @@ bool copy_result(struct pg_conn *conn, struct pg_req *req, PGresult *res)
 static void fail_io(struct pg_copy *copy)
 {
 	copy->phase = CP_ENDING;
-	copy->conn->io_failed = true;
-	pipe_schedule(copy->conn);
+	conn_io_failed(copy->conn);
 }
 
 int pg_copy_put(struct pg_copy *copy, const void *buf, size_t len)

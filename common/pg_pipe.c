@@ -18,7 +18,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* --- requests --- */
 
@@ -164,24 +163,15 @@ static void unqueue(struct pg_conn *conn, struct pg_req *req)
 	req->on_holdq = false;
 }
 
-static bool is_copy(const char *sql)
-{
-	sql += strspn(sql, " \t\r\n");
-	return strncasecmp(sql, "copy", 4) == 0 && strchr(" \t\r\n(", sql[4]) && sql[4];
-}
-
 int conn_check_query(const struct pg_conn *conn, const struct pg_query *q)
 {
 	if (!q || q->nparams < 0 || q->nparams > 65535 || (q->nparams > 0 && !q->values))
 		return -EINVAL;
 	if (q->stmt)
 		return q->stmt->set == conn->stmts && q->nparams == q->stmt->nparams ? 0 : -EINVAL;
-	return q->sql && !is_copy(q->sql) ? 0 : -EINVAL;
-}
-
-bool conn_sql_is_copy(const char *sql)
-{
-	return sql && is_copy(sql);
+	if (!q->sql || conn_sql_is_copy(q->sql) || conn_sql_is_txn_control(q->sql))
+		return -EINVAL;
+	return 0;
 }
 
 /* Queues req (not yet on any list). Returns 0, or an error with req untouched (the caller frees
@@ -281,10 +271,8 @@ void pipe_flush_out(struct pg_conn *conn)
 {
 	int r = PQflush(conn->pg);
 
-	if (r < 0 || conn_watch(conn, UV_READABLE | (r == 1 ? UV_WRITABLE : 0)) < 0) {
-		conn->io_failed = true;
-		pipe_schedule(conn);
-	}
+	if (r < 0 || conn_watch(conn, UV_READABLE | (r == 1 ? UV_WRITABLE : 0)) < 0)
+		conn_io_failed(conn);
 }
 
 static bool send_pipe(struct pg_conn *conn, const struct pg_req *req)
@@ -354,6 +342,9 @@ static void pump(struct pg_conn *conn)
 {
 	bool sent = false;
 
+	/* Deadlines count from the send: the loop's time is that of the start of this turn, and
+	 * the callbacks that ran since may have taken longer than a deadline. */
+	uv_update_time(conn->loop);
 	while (conn->state == ST_UP && !conn->excl && !conn->io_failed) {
 		struct list_node *n = list_first(conn->holder ? &conn->holdq : &conn->waitq);
 		if (!n)
@@ -368,13 +359,13 @@ static void pump(struct pg_conn *conn)
 		sent = true;
 		if (req->kind == REQ_SCRIPT || req->kind == REQ_COPY) {
 			if (!start_exclusive(conn, req))
-				conn->io_failed = true;
+				conn_io_failed(conn);
 			break;
 		}
 		if (req->ends_hold)
 			txn_release_hold(conn);
 		if (!send_pipe(conn, req))
-			conn->io_failed = true;
+			conn_io_failed(conn);
 	}
 	if (sent && !conn->io_failed)
 		pipe_flush_out(conn);
@@ -427,13 +418,60 @@ static bool pipe_result(struct pg_conn *conn, struct pg_req *req, PGresult *res)
 	return true;
 }
 
+/* A COPY started by a script. libpq would return its COPY state from every PQgetResult() for
+ * ever: COPY FROM STDIN is failed (the script gets the server's error), anything else drops
+ * the connection. Returns false when the loop must stop. */
+static bool script_copy(struct pg_conn *conn, PGresult *res)
+{
+	bool in = PQresultStatus(res) == PGRES_COPY_IN;
+
+	PQclear(res);
+	PG_LOG(conn, LOG_ERROR, "a script ran COPY; use pg_conn_copy_in()");
+	if (!in) {
+		conn_lost(conn, "COPY TO STDOUT in a script");
+		return false;
+	}
+	if (PQputCopyEnd(conn->pg, "COPY is not allowed in a script: use pg_conn_copy_in()") != 1) {
+		conn_lost_pq(conn);
+		return false;
+	}
+	pipe_flush_out(conn);
+	return true;
+}
+
+/* The script's commands are over but it left a transaction block open (a BEGIN without
+ * COMMIT, or an error after BEGIN): every later statement on the connection would run inside
+ * it, so it is rolled back first. Returns false when the loop must stop. */
+static bool script_rollback(struct pg_conn *conn, struct pg_req *req)
+{
+	if (req->rolled_back) {
+		conn_lost(conn, "cannot roll back a script's transaction");
+		return false;
+	}
+	PG_LOG(conn, LOG_WARN, "a script left a transaction open; rolling it back");
+	req->rolled_back = true;
+	if (!PQsendQuery(conn->pg, "ROLLBACK")) {
+		conn_lost_pq(conn);
+		return false;
+	}
+	pipe_flush_out(conn);
+	return true;
+}
+
 /* A result (or the final NULL) of a script or COPY, outside pipeline mode. */
 static bool exclusive_result(struct pg_conn *conn, struct pg_req *req, PGresult *res)
 {
 	if (req->kind == REQ_COPY && copy_result(conn, req, res))
 		return true;
 	if (res) {
-		if (PQresultStatus(res) == PGRES_FATAL_ERROR && req->failed < 0)
+		ExecStatusType st = PQresultStatus(res);
+		if (st == PGRES_COPY_IN || st == PGRES_COPY_OUT || st == PGRES_COPY_BOTH)
+			return script_copy(conn, res);
+		if (req->rolled_back) {
+			PQclear(res); /* the ROLLBACK's */
+			return true;
+		}
+		if (st == PGRES_FATAL_ERROR && req->failed < 0)
 			req->failed = req->nres;
 		keep(req, res);
 		return true;
@@ -442,13 +480,13 @@ static bool exclusive_result(struct pg_conn *conn, struct pg_req *req, PGresult 
 		conn_lost_pq(conn); /* a FATAL result then the end: the connection's, not ours */
 		return false;
 	}
+	if (req->kind == REQ_SCRIPT && PQtransactionStatus(conn->pg) != PQTRANS_IDLE)
+		return script_rollback(conn, req);
 	conn->excl = NULL;
 	bool again = PQenterPipelineMode(conn->pg) == 1;
-	finish(conn, req, req->failed >= 0 ? DSP_EPG : 0);
-	if (!again && conn->pg) {
-		conn->io_failed = true;
-		pipe_schedule(conn);
-	}
+	finish(conn, req, req->failed >= 0 ? DSP_EPG : req->rolled_back ? -EINVAL : 0);
+	if (!again && conn->pg)
+		conn_io_failed(conn);
 	return true;
 }
 
@@ -585,6 +623,11 @@ void pipe_deadline_cb(uv_timer_t *t)
 	uint64_t now = uv_now(conn->loop);
 
 	conn->deadline_due = 0;
+	if (conn->state != ST_UP || conn->io_failed)
+		return; /* the flush drops a failed connection */
+	/* Timers run before the loop reads its sockets: an answer that arrived while the loop was
+	 * busy elsewhere is read first, so that only what is really missing expires. */
+	pipe_input(conn);
 	if (conn->state != ST_UP)
 		return;
 	int expired = expire_inflight(conn, now);

@@ -74,7 +74,7 @@ int pg_pool_new(uv_loop_t *loop, const struct pg_pool_options *opts, struct pg_p
 {
 	unsigned size = opts->size ? opts->size : 2;
 
-	if (!opts->conninfo || size + opts->priority_size > POOL_MAX)
+	if (!opts->conninfo || size > POOL_MAX || opts->priority_size > POOL_MAX - size)
 		return -EINVAL;
 	struct pg_pool *pool = calloc(1, sizeof(*pool));
 	if (!pool)

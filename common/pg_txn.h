@@ -14,7 +14,9 @@
  * complete with -ECONNRESET, and every later pg_txn_exec(), pg_txn_commit() or
  * pg_txn_rollback() returns -ECONNRESET at once. A reconnect never hands a fresh connection to
  * a transaction that began on the old one. A COMMIT whose answer is lost with the connection
- * completes with -ECONNRESET: PostgreSQL may or may not have committed it.
+ * completes with -ECONNRESET, and one still unanswered at the transaction's deadline with
+ * -ETIMEDOUT: either way PostgreSQL may or may not have committed it. (pg_conn_close() with a
+ * COMMIT in flight reports -ECANCELED, with the same uncertainty.)
  *
  * A statement that fails (DSP_EPG) puts the transaction in PostgreSQL's aborted state: later
  * statements fail with SQLSTATE 25P02, and pg_txn_commit() rolls back and reports DSP_EPG with
@@ -53,13 +55,16 @@ int pg_conn_begin(struct pg_conn *conn, const struct pg_txn_options *opts, pg_tx
 		  void *data);
 
 /* Sends one statement inside the transaction. Returns 0 (cb will be called once), -EINVAL (bad
- * query), -EBUSY (commit or rollback already called), -ENOMEM, or, when the transaction is
- * already lost, -ECONNRESET, -ETIMEDOUT or -ECANCELED. */
+ * query, or transaction control as in pg_conn_exec(): the transaction ends with pg_txn_commit()
+ * or pg_txn_rollback(); SAVEPOINT, RELEASE and ROLLBACK TO are allowed), -EBUSY (commit or
+ * rollback already called), -ENOMEM, or, when the transaction is already lost, -ECONNRESET,
+ * -ETIMEDOUT or -ECANCELED. */
 int pg_txn_exec(struct pg_txn *txn, const struct pg_query *q, pg_result_cb cb, void *data);
 
 /* Ends the transaction with COMMIT and gives the handle up. cb (may be NULL) gets 0 once
  * committed, DSP_EPG when PostgreSQL refused (r->error; the transaction is rolled back), or a
- * transport error (-ECONNRESET: the outcome is unknown). Returns 0 (cb will be called once);
+ * transport error or the deadline (-ECONNRESET, -ETIMEDOUT, -ECANCELED: the outcome is
+ * unknown, see above). Returns 0 (cb will be called once);
  * -EBUSY when already ended; -ENOMEM (the handle is kept: try again or roll back); or, when the
  * transaction was already lost, its loss status (nothing committed; the handle is given up and
  * no callback follows). */

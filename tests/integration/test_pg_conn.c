@@ -102,6 +102,14 @@ static int query(uv_loop_t *loop, struct pg_conn *c, struct probe *p, const stru
 	return p->status;
 }
 
+static long long admin_count(PGconn *admin, const char *sql)
+{
+	PGresult *res = fixture_sql(admin, sql);
+	long long n = atoll(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return n;
+}
+
 static void statements_and_errors(void **state)
 {
 	uv_loop_t loop;
@@ -180,6 +188,141 @@ static void script_returns_every_result(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* Transaction control sent as an ordinary statement would leave the session in (or take it out
+ * of) a transaction block that other callers' pipelined statements then join: refused up front
+ * however it is spelled, as a statement, in a batch or as a registered statement. A COPY
+ * behind a comment is still a COPY. */
+static void transaction_control_refused(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 };
+	static const char *const refused[] = {
+		"BEGIN",
+		"  begin isolation level serializable",
+		"/* a /* nested */ comment */ COMMIT",
+		"-- a comment\nROLLBACK",
+		"rollback work",
+		"START TRANSACTION",
+		"END",
+		"abort",
+		"COMMIT PREPARED 'x'",
+		"PREPARE TRANSACTION 'x'",
+		"/* c */ COPY t FROM STDIN",
+	};
+	static const char *const allowed[] = {
+		"SELECT 'begin'",
+		"SELECT 1 AS commit",
+		"/* BEGIN */ SELECT 2",
+	};
+
+	uv_loop_init(&loop);
+	struct pg_conn_options o = {
+		.conninfo = svc.database_url,
+		.connect_timeout_ms = 10000,
+		.query_timeout_ms = 10000,
+	};
+	struct pg_conn *c;
+	const struct pg_stmt *stmt;
+	assert_int_equal(pg_conn_new(&loop, &o, &c), 0);
+	assert_int_equal(pg_conn_prepare(c, "BEGIN", 0, &stmt), -EINVAL);
+	assert_int_equal(pg_conn_prepare(c, "commit", 0, &stmt), -EINVAL);
+	assert_int_equal(pg_conn_start(c), 0);
+	fixture_run_until(&loop, is_up, c, 60000);
+
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		struct pg_query b[] = { { .sql = "SELECT 1" }, { .sql = refused[i] } };
+		assert_int_equal(pg_conn_exec(c, &b[1], result_cb, &p), -EINVAL);
+		assert_int_equal(pg_conn_batch(c, b, 2, result_cb, &p), -EINVAL);
+	}
+	for (size_t i = 0; i < sizeof(allowed) / sizeof(allowed[0]); i++)
+		assert_int_equal(query(&loop, c, &p, NULL, allowed[i], 0, NULL), 0);
+	assert_int_equal(p.calls, 3);
+	/* A BEGIN behind another command never runs: the extended protocol takes one command per
+	 * statement, so the request fails alone and the session stays out of any transaction. */
+	assert_int_equal(query(&loop, c, &p, NULL, "SELECT 1; BEGIN", 0, NULL), DSP_EPG);
+	assert_string_equal(p.sqlstate, "42601");
+	assert_int_equal(query(&loop, c, &p, NULL, "SELECT txid_current()", 0, NULL), 0);
+	long long xid = atoll(p.value);
+	assert_int_equal(query(&loop, c, &p, NULL, "SELECT txid_current()", 0, NULL), 0);
+	assert_true(atoll(p.value) != xid);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
+/* A script that leaves a transaction block open, by an error after its BEGIN or by a BEGIN
+ * without COMMIT, is rolled back before the connection takes anything else: the next caller's
+ * pipelined statement neither fails with 25P02 nor runs inside somebody else's transaction. */
+static void script_never_leaves_a_transaction_open(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 }, next = { 0 };
+	PGconn *admin = fixture_pg(&svc);
+
+	PQclear(fixture_sql(admin, "CREATE TABLE script_tx (a int)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, &p, 10000);
+	assert_int_equal(pg_conn_script(c,
+					"BEGIN; INSERT INTO script_tx VALUES (1); SELECT 1/0; "
+					"COMMIT",
+					result_cb, &p),
+			 0);
+	assert_int_equal(
+		pg_conn_exec(c, &(struct pg_query){ .sql = "SELECT 'next'" }, result_cb, &next), 0);
+	fixture_run_until_count(&loop, &next.calls, 1, 60000);
+	assert_int_equal(p.status, DSP_EPG);
+	assert_string_equal(p.sqlstate, "22012");
+	assert_int_equal(next.status, 0); /* not 25P02 */
+	assert_string_equal(next.value, "next");
+
+	/* A BEGIN without COMMIT: rolled back, reported, and the next statement commits alone. */
+	int want = p.calls + 1;
+	assert_int_equal(
+		pg_conn_script(c, "BEGIN; INSERT INTO script_tx VALUES (2)", result_cb, &p), 0);
+	assert_int_equal(
+		pg_conn_exec(c, &(struct pg_query){ .sql = "INSERT INTO script_tx VALUES (3)" },
+			     result_cb, &next),
+		0);
+	fixture_run_until_count(&loop, &next.calls, 2, 60000);
+	assert_int_equal(p.calls, want);
+	assert_int_equal(p.status, -EINVAL);
+	assert_int_equal(next.status, 0);
+	assert_int_equal(admin_count(admin, "SELECT count(*) FROM script_tx WHERE a = 3"), 1);
+	assert_int_equal(admin_count(admin, "SELECT count(*) FROM script_tx"), 1);
+	assert_int_equal(p.downs, 0);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+	PQfinish(admin);
+}
+
+/* A COPY inside a script (libpq would hand back its COPY state for ever): COPY FROM STDIN is
+ * failed with an error naming pg_conn_copy_in() and the connection stays up; the rows before
+ * it are not committed. */
+static void script_with_copy_fails_cleanly(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 }, next = { 0 };
+	PGconn *admin = fixture_pg(&svc);
+
+	PQclear(fixture_sql(admin, "CREATE TABLE script_copy (a int)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, &p, 10000);
+	assert_int_equal(pg_conn_script(c,
+					"INSERT INTO script_copy VALUES (1); COPY script_copy FROM "
+					"STDIN; SELECT 2",
+					result_cb, &p),
+			 0);
+	fixture_run_until_count(&loop, &p.calls, 1, 60000);
+	assert_int_equal(p.status, DSP_EPG);
+	assert_string_equal(p.sqlstate, "57014");
+	assert_int_equal(query(&loop, c, &next, NULL, "SELECT 'after'", 0, NULL), 0);
+	assert_string_equal(next.value, "after");
+	assert_int_equal(admin_count(admin, "SELECT count(*) FROM script_copy"), 0);
+	assert_int_equal(p.downs, 0);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+	PQfinish(admin);
+}
+
 struct retry_probe {
 	struct probe p;
 	struct pg_conn *conn;
@@ -224,6 +367,90 @@ static void deadline_drops_and_reconnects(void **state)
 	assert_int_equal(r.p.calls, 1);
 	pg_conn_close(c, NULL, NULL);
 	fixture_loop_close(&loop);
+}
+
+struct stall {
+	long ms;
+	int runs;
+};
+
+static void stall_cb(uv_timer_t *t)
+{
+	struct stall *s = t->data;
+	s->runs++;
+	fixture_sleep_ms(s->ms); /* plays a callback that keeps the loop busy */
+}
+
+/* The statement deadline is counted from when the request really leaves, not from the start
+ * of the loop turn that sends it: a timer callback that keeps that turn busy for longer than
+ * the deadline (before the flush runs) costs the request nothing. */
+static void deadline_counts_from_the_real_send(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 }, q = { 0 };
+	struct stall stall = { .ms = 2500 };
+	uv_timer_t busy;
+	struct pg_conn_stats st;
+
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, &p, 2000);
+	uv_timer_init(&loop, &busy);
+	busy.data = &stall;
+	/* Queued now; the next turn runs the busy timer (timers come first), then the flush. */
+	assert_int_equal(
+		pg_conn_exec(c, &(struct pg_query){ .sql = "SELECT 'on time'" }, result_cb, &q), 0);
+	uv_timer_start(&busy, stall_cb, 0, 0);
+	fixture_run_until_count(&loop, &q.calls, 1, 60000);
+	assert_int_equal(stall.runs, 1);
+	assert_int_equal(q.status, 0);
+	assert_string_equal(q.value, "on time");
+	pg_conn_get_stats(c, &st);
+	assert_int_equal(st.timeouts, 0);
+	assert_int_equal(p.downs, 0);
+	uv_close((uv_handle_t *)&busy, NULL);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
+/* An answer that arrived before the deadline but was not read yet because the loop was busy
+ * (timers run before the loop reads its sockets) is delivered, not reported as a timeout with
+ * the connection dropped. The server is seen to have answered (pg_stat_activity: idle after
+ * our statement) before the loop is held past the deadline. */
+static void answer_already_arrived_is_not_late(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 }, q = { 0 };
+	struct pg_conn_stats st;
+	PGconn *admin = fixture_pg(&svc);
+
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, &p, 1000);
+	assert_int_equal(query(&loop, c, &p, NULL, "SELECT pg_backend_pid()", 0, NULL), 0);
+	char sql[256];
+	snprintf(sql, sizeof(sql),
+		 "SELECT count(*) FROM pg_stat_activity WHERE pid = %s AND state = 'idle' AND "
+		 "query = 'SELECT ''answered'''",
+		 p.value);
+	assert_int_equal(
+		pg_conn_exec(c, &(struct pg_query){ .sql = "SELECT 'answered'" }, result_cb, &q),
+		0);
+	uv_run(&loop, UV_RUN_NOWAIT); /* the flush sends it; the server's answer is awaited below */
+	assert_int_equal(q.calls, 0);
+	long long give_up = fixture_now_ms() + 60000;
+	while (admin_count(admin, sql) == 0) {
+		assert_true(fixture_now_ms() < give_up);
+		fixture_sleep_ms(5);
+	}
+	fixture_sleep_ms(1500); /* the loop is busy elsewhere past the deadline */
+	fixture_run_until_count(&loop, &q.calls, 1, 60000);
+	assert_int_equal(q.status, 0);
+	assert_string_equal(q.value, "answered");
+	pg_conn_get_stats(c, &st);
+	assert_int_equal(st.timeouts, 0);
+	assert_int_equal(p.downs, 0);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+	PQfinish(admin);
 }
 
 static bool lock_waiting(PGconn *admin, int key)
@@ -435,8 +662,13 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(statements_and_errors),
+		cmocka_unit_test(transaction_control_refused),
 		cmocka_unit_test(script_returns_every_result),
+		cmocka_unit_test(script_never_leaves_a_transaction_open),
+		cmocka_unit_test(script_with_copy_fails_cleanly),
 		cmocka_unit_test(deadline_drops_and_reconnects),
+		cmocka_unit_test(deadline_counts_from_the_real_send),
+		cmocka_unit_test(answer_already_arrived_is_not_late),
 		cmocka_unit_test(queue_bound_times_out_unsent),
 		cmocka_unit_test(server_restart_recovers),
 		cmocka_unit_test(terminated_backend_recovers),

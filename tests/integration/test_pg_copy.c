@@ -14,7 +14,9 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 static struct embedded svc;
 static PGconn *admin;
@@ -233,6 +235,57 @@ static void back_pressure_waits_for_drain(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* The backend goes away while the caller is handing rows: libpq closes the socket itself, inside
+ * the put that fails, while the layer's poll handle still watches that descriptor. The handle
+ * must go at once: a descriptor the caller opens next (the lowest free number: the one libpq
+ * just closed) must be free to watch on the same loop, before the loop has run again. */
+static void socket_closed_by_libpq_is_unwatched_at_once(void **state)
+{
+	uv_loop_t loop;
+	struct feed f = { .rows = 1 << 30, .manual = true };
+	struct probe p = { 0 };
+	enum { SOCKS = 64 };
+	int fds[SOCKS], nfds = 0;
+	uv_poll_t polls[SOCKS];
+
+	PQclear(fixture_sql(admin, "CREATE TABLE c5 (id int, name text)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop);
+	assert_int_equal(pg_conn_exec(c, &(struct pg_query){ .sql = "SELECT pg_backend_pid()" },
+				      probe_result_cb, &p),
+			 0);
+	fixture_run_until_count(&loop, &p.calls, 1, 60000);
+	struct pg_copy_options o = { .ready_cb = ready_cb, .done_cb = done_cb, .data = &f };
+	assert_int_equal(pg_conn_copy_in(c, "COPY c5 (id, name) FROM STDIN (FORMAT csv)", &o), 0);
+	fixture_run_until(&loop, copy_ready, &f, 60000);
+	terminate_backend(admin, p.value);
+
+	/* Without running the loop: put until the layer says the COPY takes no more. */
+	long long give_up = fixture_now_ms() + 60000;
+	int rc = 0;
+	while (rc != -EPIPE) {
+		char row[32];
+		int len = snprintf(row, sizeof(row), "%d,x\n", ++f.sent);
+		rc = pg_copy_put(f.copy, row, (size_t)len);
+		assert_true(rc == 0 || rc == 1 || rc == -EPIPE);
+		assert_true(fixture_now_ms() < give_up);
+	}
+	for (; nfds < SOCKS; nfds++) {
+		fds[nfds] = socket(AF_UNIX, SOCK_STREAM, 0);
+		assert_true(fds[nfds] >= 0);
+		assert_int_equal(uv_poll_init(&loop, &polls[nfds], fds[nfds]), 0);
+	}
+	for (int i = 0; i < nfds; i++)
+		uv_close((uv_handle_t *)&polls[i], NULL);
+	fixture_run_until_count(&loop, &f.done, 1, 60000);
+	assert_int_equal(f.status, -ECONNRESET);
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+	fixture_run_until(&loop, conn_up, c, 60000);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
 static bool pool_up(void *arg)
 {
 	return pg_pool_up_count(arg) == pg_pool_size(arg);
@@ -305,6 +358,7 @@ int main(void)
 		cmocka_unit_test(copy_100k_rows),
 		cmocka_unit_test(bad_row_names_its_line_and_writes_nothing),
 		cmocka_unit_test(back_pressure_waits_for_drain),
+		cmocka_unit_test(socket_closed_by_libpq_is_unwatched_at_once),
 		cmocka_unit_test(copy_on_pool_leaves_the_rest),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

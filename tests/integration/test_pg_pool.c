@@ -12,6 +12,7 @@
 #include "pg_test.h"
 
 #include <errno.h>
+#include <limits.h>
 
 static struct embedded svc;
 static PGconn *admin;
@@ -96,6 +97,18 @@ static void handles_work_everywhere_and_load_spreads(void **state)
 	const struct pg_stmt *pid, *twice;
 
 	uv_loop_init(&loop);
+	/* Sizes are checked up front (a sum that wrapped around once made a pool of one
+	 * connection that routing read past). */
+	struct pg_pool *bad;
+	struct pg_pool_options wrap = { .conninfo = svc.database_url,
+					.size = 2,
+					.priority_size = UINT_MAX,
+					.connect_timeout_ms = 1000,
+					.query_timeout_ms = 1000 };
+	assert_int_equal(pg_pool_new(&loop, &wrap, &bad), -EINVAL);
+	wrap.size = UINT_MAX;
+	wrap.priority_size = 2;
+	assert_int_equal(pg_pool_new(&loop, &wrap, &bad), -EINVAL);
 	struct pg_pool *pool = open_pool(&loop, 3, 0, &s, &pid, &twice);
 	assert_int_equal(s.ups, 3);
 	for (int i = 0; i < 30; i++)

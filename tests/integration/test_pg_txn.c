@@ -208,6 +208,39 @@ static void interactive_error_rolls_back(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* Inside an interactive transaction, savepoints work (ROLLBACK TO keeps the transaction), but
+ * a statement that would end it behind the layer's back is refused: the transaction's end is
+ * pg_txn_commit() or pg_txn_rollback(). */
+static void savepoints_but_no_transaction_control(void **state)
+{
+	uv_loop_t loop;
+	struct plain_txn t = { 0 };
+	struct probe p = { 0 }, commit = { 0 };
+
+	PQclear(fixture_sql(admin, "CREATE TABLE tsp (a int)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, 10000);
+	struct pg_txn *txn = begin(&loop, c, &t, NULL);
+	assert_int_equal(txn_exec(&loop, txn, &p, "INSERT INTO tsp VALUES (1)"), 0);
+	static const char *const refused[] = { "COMMIT", "rollback", "END", "BEGIN",
+					       "ROLLBACK AND CHAIN" };
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++)
+		assert_int_equal(pg_txn_exec(txn, &(struct pg_query){ .sql = refused[i] },
+					     probe_result_cb, &p),
+				 -EINVAL);
+	assert_int_equal(txn_exec(&loop, txn, &p, "SAVEPOINT s1"), 0);
+	assert_int_equal(txn_exec(&loop, txn, &p, "INSERT INTO tsp VALUES (2)"), 0);
+	assert_int_equal(txn_exec(&loop, txn, &p, "ROLLBACK TO SAVEPOINT s1"), 0);
+	assert_int_equal(txn_exec(&loop, txn, &p, "RELEASE s1"), 0);
+	assert_int_equal(rows("tsp"), 0); /* nothing committed yet */
+	assert_int_equal(pg_txn_commit(txn, probe_result_cb, &commit), 0);
+	fixture_run_until_count(&loop, &commit.calls, 1, 60000);
+	assert_int_equal(commit.status, 0);
+	assert_int_equal(admin_int(admin, "SELECT sum(a) FROM tsp"), 1);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
 /* --- isolation, proven with txid_current() --- */
 
 struct iso_a {
@@ -387,6 +420,50 @@ static void terminated_mid_transaction_commits_nothing(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* A COMMIT whose answer is lost: COMMIT runs a deferred trigger that waits for a lock the test
+ * holds, the backend is terminated meanwhile. The commit reports -ECONNRESET (its outcome is
+ * the caller's to find out; here nothing was committed), and a statement of another caller
+ * that was sent behind the COMMIT once the hold ended completes once with -ECONNRESET too. */
+static void commit_answer_lost(void **state)
+{
+	uv_loop_t loop;
+	struct plain_txn t = { 0 };
+	struct probe p = { 0 }, commit = { 0 }, other = { 0 };
+
+	PQclear(fixture_sql(admin, "CREATE TABLE tcl (a int)"));
+	PQclear(fixture_sql(admin,
+			    "CREATE FUNCTION tcl_wait() RETURNS trigger LANGUAGE plpgsql AS "
+			    "$$ BEGIN PERFORM pg_advisory_xact_lock(404); RETURN NULL; END $$"));
+	PQclear(fixture_sql(admin, "CREATE CONSTRAINT TRIGGER tcl_at_commit AFTER INSERT ON tcl "
+				   "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION "
+				   "tcl_wait()"));
+	PQclear(fixture_sql(admin, "SELECT pg_advisory_lock(404)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, 60000);
+	struct pg_txn *txn = begin(&loop, c, &t, NULL);
+	assert_int_equal(txn_exec(&loop, txn, &p, "INSERT INTO tcl VALUES (1)"), 0);
+	assert_int_equal(txn_exec(&loop, txn, &p, "SELECT pg_backend_pid()"), 0);
+	char pid[64];
+	snprintf(pid, sizeof(pid), "%s", p.value);
+	assert_int_equal(pg_txn_commit(txn, probe_result_cb, &commit), 0);
+	assert_int_equal(pg_conn_exec(c, &(struct pg_query){ .sql = "SELECT 'behind'" },
+				      probe_result_cb, &other),
+			 0);
+	wait_for_lock_waiter(&loop, admin, 404);
+	assert_false(pg_conn_is_claimed(c)); /* the hold ended when COMMIT was sent */
+	terminate_backend(admin, pid);
+	fixture_run_until_count(&loop, &other.calls, 1, 60000);
+	assert_int_equal(commit.calls, 1);
+	assert_int_equal(commit.status, -ECONNRESET);
+	assert_int_equal(other.status, -ECONNRESET);
+	assert_int_equal(rows("tcl"), 0);
+	PQclear(fixture_sql(admin, "SELECT pg_advisory_unlock(404)"));
+	fixture_run_until(&loop, conn_up, c, 60000);
+	assert_int_equal(commit.calls + other.calls, 2);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
 static bool timed_out(void *arg)
 {
 	struct pg_conn_stats st;
@@ -471,6 +548,107 @@ static void close_ends_transactions(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* --- the owner ending or closing from inside a callback --- */
+
+struct ender {
+	struct pg_conn *conn;
+	struct pg_txn *txn;
+	int calls[3];
+	int status[3];
+	int end_rc; /* what pg_txn_rollback() returned inside the callback */
+	int closed;
+};
+
+static void ender_lost_cb(int status, const struct pg_results *r, void *data)
+{
+	struct ender *e = data;
+	e->calls[0]++;
+	e->status[0] = status;
+	/* The usual reaction to a lost transaction: give the handle up at once. */
+	e->end_rc = pg_txn_rollback(e->txn, NULL, NULL);
+}
+
+/* The connection drops under a transaction whose owner gives the handle up from the callback
+ * that reports the loss: the handle is freed once, after that callback (it was freed inside
+ * it, then used and freed again). */
+static void lost_transaction_ended_from_its_callback(void **state)
+{
+	uv_loop_t loop;
+	struct plain_txn t = { 0 };
+	struct probe p = { 0 };
+	struct ender e = { .end_rc = 1 };
+
+	PQclear(fixture_sql(admin, "SELECT pg_advisory_lock(403)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop, 60000);
+	e.txn = begin(&loop, c, &t, NULL);
+	assert_int_equal(txn_exec(&loop, e.txn, &p, "SELECT pg_backend_pid()"), 0);
+	char pid[64];
+	snprintf(pid, sizeof(pid), "%s", p.value);
+	assert_int_equal(
+		pg_txn_exec(e.txn, &(struct pg_query){ .sql = "SELECT pg_advisory_xact_lock(403)" },
+			    ender_lost_cb, &e),
+		0);
+	wait_for_lock_waiter(&loop, admin, 403);
+	terminate_backend(admin, pid);
+	fixture_run_until_count(&loop, &e.calls[0], 1, 60000);
+	assert_int_equal(e.status[0], -ECONNRESET);
+	assert_int_equal(e.end_rc, -ECONNRESET);
+	fixture_run_until(&loop, conn_up, c, 60000);
+	PQclear(fixture_sql(admin, "SELECT pg_advisory_unlock(403)"));
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
+static void ender_closed_cb(void *data)
+{
+	((struct ender *)data)->closed++;
+}
+
+static void ender_next_cb(int status, const struct pg_results *r, void *data)
+{
+	struct ender *e = data;
+	int i = e->calls[1] + e->calls[2] == 0 ? 1 : 2;
+	e->calls[i]++;
+	e->status[i] = status;
+}
+
+static void ender_close_cb(int status, const struct pg_results *r, void *data)
+{
+	struct ender *e = data;
+	e->calls[0]++;
+	e->status[0] = status;
+	e->end_rc = pg_txn_commit(e->txn, ender_next_cb, e);
+	pg_conn_close(e->conn, ender_closed_cb, e);
+}
+
+/* The first of two statements in flight commits and closes the connection from its callback:
+ * the second statement and the COMMIT each complete once with -ECANCELED, and the handle is
+ * freed once. */
+static void close_from_a_transaction_callback(void **state)
+{
+	uv_loop_t loop;
+	struct plain_txn t = { 0 };
+	struct ender e = { .end_rc = 1 };
+
+	uv_loop_init(&loop);
+	e.conn = open_conn(&loop, 10000);
+	e.txn = begin(&loop, e.conn, &t, NULL);
+	assert_int_equal(
+		pg_txn_exec(e.txn, &(struct pg_query){ .sql = "SELECT 1" }, ender_close_cb, &e), 0);
+	assert_int_equal(pg_txn_exec(e.txn, &(struct pg_query){ .sql = "SELECT pg_sleep(5)" },
+				     ender_next_cb, &e),
+			 0);
+	fixture_run_until_count(&loop, &e.closed, 1, 60000);
+	assert_int_equal(e.status[0], 0);
+	assert_int_equal(e.end_rc, 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(e.calls[i], 1);
+	assert_int_equal(e.status[1], -ECANCELED);
+	assert_int_equal(e.status[2], -ECANCELED);
+	fixture_loop_close(&loop);
+}
+
 static int setup(void **state)
 {
 	fixture_start(&svc, true, false, false, false);
@@ -491,10 +669,14 @@ int main(void)
 		cmocka_unit_test(batch_commits_or_rolls_back),
 		cmocka_unit_test(interactive_read_decide_write),
 		cmocka_unit_test(interactive_error_rolls_back),
+		cmocka_unit_test(savepoints_but_no_transaction_control),
 		cmocka_unit_test(third_caller_never_inside),
 		cmocka_unit_test(terminated_mid_transaction_commits_nothing),
+		cmocka_unit_test(commit_answer_lost),
 		cmocka_unit_test(transaction_deadline),
 		cmocka_unit_test(close_ends_transactions),
+		cmocka_unit_test(lost_transaction_ended_from_its_callback),
+		cmocka_unit_test(close_from_a_transaction_callback),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

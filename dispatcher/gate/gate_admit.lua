@@ -1,0 +1,239 @@
+-- gate_admit.lua: one admission decision for a call id, and its slots (dispatcher/gate/README.md).
+-- Transcribes fairshare_gate_try() of dispatcher/core/fairshare_gate.c over the aggregates kept
+-- in the org's state hash: the candidates, in the selector's order, are decided one after the
+-- other; the first admitted takes its slots at every level; a refusal that holds for every
+-- campaign (system, organisation, direct reserve: fairshare_gate_blocks_org()) ends the walk.
+-- O(1) in the number of campaigns: one org record, one record per candidate and per agent.
+-- Written for speed (every µs here is paid per decision): locals rather than tables, no
+-- closures, binary records (struct) rather than text.
+-- KEYS: gen_key state slots wait sys
+-- ARGV: gen call flags agent ...
+--   call    the call id (the slot id at every level)
+--   flags   "" or "w": a refused direct dial registers as a waiting direct dial (k + 1)
+--   agent   a direct dial's agent ("" for none); ignored for batch candidates
+--   ...     1..16 candidate campaign ids, or "*" alone (a direct dial)
+-- Reply: {outcome, campaign, now_ms, k, waiter, n, level_1, reason_1, fcfs_1, ...}
+--   outcome 1 admitted (campaign: the admitted one), 0 refused (campaign ""),
+--           2 held: the call already holds a slot, nothing taken and no decision counted:
+--           {2, campaign, now_ms, k, 0, 0, agent, taken_ms}
+--   waiter  1 registered as waiting, -1 its registration withdrawn, 0 unchanged
+--   n       decisions that follow, one per evaluated candidate, in order
+--   level   0 none, 1 system, 2 organisation, 3 agent, 4 campaign, 5 fair_share
+--   reason  0 none, 1 full, 2 direct_reserve, 3 floors, 4 agent_floors, 5 unknown campaign
+-- Errors: GATE NOLIMITS, GATE NOSYSTEM, GATE OVERFLOW, GATE ARGS <what>.
+-- Records (README.md "Records"): org OF, campaign CF + agent id, agent AF, system SF, one second
+-- of the rolling minute RF, totals TF.
+
+local OF = '<I4I4BI4dI4dddddI4I4I4I4I4I4I4'
+local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
+local RF, TF = '<dI4I4I4I4I4I4I4', '<ddddddd'
+local COUNT_MAX = 1073741824
+
+local state, slots, sys = KEYS[2], KEYS[3], KEYS[5]
+local call, dagent = ARGV[2], ARGV[4]
+local ncand = #ARGV - 4
+if ncand < 1 or ncand > 16 then
+	return redis.error_reply('GATE ARGS candidates')
+end
+local direct = ARGV[5] == '*'
+if direct and ncand ~= 1 then
+	return redis.error_reply('GATE ARGS a direct dial is its only candidate')
+end
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local v = redis.call('HMGET', state, 'org', 'c:' .. ARGV[5])
+if not v[1] then
+	return redis.error_reply('GATE NOLIMITS')
+end
+local L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4, n5, n6, n7 =
+	struct.unpack(OF, v[1])
+if L == 0 then
+	return redis.error_reply('GATE NOLIMITS')
+end
+if clock >= 0 then -- a pinned clock (tests only)
+	now = clock
+end
+local enforced = en == 1
+local valid = fver > 0 and now < fexp
+local fcfs = enforced and not valid
+local cap = pa > 0 and pa < L -- C2: per_agent gates below org_limit
+
+local sv = redis.call('HGET', sys, 'v')
+if not sv then
+	return redis.error_reply('GATE NOSYSTEM')
+end
+local slim, srun, sver = struct.unpack(SF, sv)
+
+local held = redis.call('HGET', slots, call)
+if held then
+	local hc, ha, ht = string.match(held, '^([^|]*)|([^|]*)|(%d+)$')
+	return {2, hc, now, k, 0, 0, ha, tonumber(ht)}
+end
+
+-- Each candidate, fairshare_gate_admit()'s checks 1..6 in order.
+local reply = {0, '', now, k, 0, 0}
+local d1, d2, d3, d4, d5, d6, d7 = 0, 0, 0, 0, 0, 0, 0 -- admitted, fcfs, refused by level
+local R -- min(k, max(1, floor(direct))) with valid floors, min(k, 1) without (R6, R9)
+local c, r, f, ceil, known, sag, ag, agr, ags
+local admitted = false
+for i = 1, ncand do
+	c = ARGV[4 + i]
+	local raw = v[2]
+	if i > 1 then
+		raw = redis.call('HGET', state, 'c:' .. c)
+	end
+	r, f, ceil, known, sag = 0, 0, 0, 0, ''
+	if raw then
+		r, f, ceil, known = struct.unpack(CF, raw)
+		sag = string.sub(raw, 14)
+	end
+	local batch = not direct
+	ag = batch and sag or dagent
+	agr, ags = 0, 0
+	local level, reason = 0, 0
+	if srun + 1 > slim then
+		level, reason = 1, 1
+	elseif batch and known ~= 1 then
+		level, reason = 4, 5 -- no limits installed for this campaign
+	else
+		if ag ~= '' then
+			local araw = redis.call('HGET', state, 'a:' .. ag)
+			if araw then
+				agr, ags = struct.unpack(AF, araw)
+			end
+		end
+		local O1 = orun + 1
+		if not enforced then
+			level = 0
+		elseif O1 > L then
+			level, reason = 2, 1
+		elseif cap and ag ~= '' and agr + 1 > pa then
+			level, reason = 3, 1
+		elseif batch and ceil > 0 and r + 1 > ceil then
+			level, reason = 4, 1
+		else
+			if batch and not R then
+				local fd = 1
+				if k > 0 and valid then
+					local draw = redis.call('HGET', state, 'c:*')
+					local fdir = draw and select(2, struct.unpack(CF, draw)) or 0
+					if fdir > 1 then
+						fd = fdir
+					end
+				end
+				R = math.min(k, fd)
+			end
+			if not valid then -- R9: first come first served, waiting direct dials keep min(k, 1)
+				if batch and O1 + R > L then
+					level, reason = 5, 2
+				end
+			elseif not batch then -- R8
+				if r >= math.max(1, f) and O1 + S > L then
+					level, reason = 5, 3
+				end
+			elseif O1 + R > L then
+				level, reason = 5, 2
+			elseif r >= f then -- at or above its floor: S is the others' shortfall
+				if O1 + R + S > L then
+					level, reason = 5, 3
+				elseif cap and ag ~= '' and agr + 1 + ags > pa then -- R7
+					level, reason = 5, 4
+				end
+			end
+		end
+	end
+	reply[6 + 3 * i - 2] = level
+	reply[6 + 3 * i - 1] = reason
+	reply[6 + 3 * i] = fcfs and 1 or 0
+	reply[6] = i
+	if fcfs then
+		d2 = d2 + 1
+	end
+	if level == 0 then
+		d1 = d1 + 1
+		admitted = true
+		break
+	elseif level == 1 then
+		d3 = d3 + 1
+	elseif level == 2 then
+		d4 = d4 + 1
+	elseif level == 3 then
+		d5 = d5 + 1
+	elseif level == 4 then
+		d6 = d6 + 1
+	else
+		d7 = d7 + 1
+	end
+	if level <= 2 or reason == 2 then
+		break -- holds for every campaign
+	end
+end
+
+-- The counters of this second (n1..n7 belong to second `sec`); a new second first moves the
+-- previous one to the rolling minute (m:<s mod 60>) and to the totals (tot).
+local set = {'org', ''}
+local s_now = math.floor(now / 1000)
+if s_now ~= sec then
+	if n1 + n2 + n3 + n4 + n5 + n6 + n7 > 0 then
+		local tr = redis.call('HGET', state, 'tot')
+		local t1, t2, t3, t4, t5, t6, t7 = 0, 0, 0, 0, 0, 0, 0
+		if tr then
+			t1, t2, t3, t4, t5, t6, t7 = struct.unpack(TF, tr)
+		end
+		set[3] = 'm:' .. (sec % 60)
+		set[4] = struct.pack(RF, sec, n1, n2, n3, n4, n5, n6, n7)
+		set[5] = 'tot'
+		set[6] = struct.pack(TF, t1 + n1, t2 + n2, t3 + n3, t4 + n4, t5 + n5, t6 + n6, t7 + n7)
+	end
+	sec, n1, n2, n3, n4, n5, n6, n7 = s_now, 0, 0, 0, 0, 0, 0, 0
+end
+n1, n2, n3, n4, n5, n6, n7 = n1 + d1, n2 + d2, n3 + d3, n4 + d4, n5 + d5, n6 + d6, n7 + d7
+
+if not admitted then
+	if direct and ARGV[3] == 'w' and
+		redis.call('HSETNX', KEYS[4], call, dagent .. '|' .. string.format('%d', now)) == 1 then
+		k = k + 1
+		reply[4] = k
+		reply[5] = 1
+	end
+	set[2] = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
+		n5, n6, n7)
+	redis.call('HSET', state, unpack(set))
+	return reply
+end
+
+-- fairshare_gate_acquire(): every level, and the shortfall by the stored floor.
+if srun >= COUNT_MAX or orun >= COUNT_MAX or r >= COUNT_MAX or agr >= COUNT_MAX then
+	-- As the model: the admission is counted, then the acquire fails and nothing is taken.
+	set[2] = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
+		n5, n6, n7)
+	redis.call('HSET', state, unpack(set))
+	return redis.error_reply('GATE OVERFLOW')
+end
+if not direct and r < f then
+	S = S - 1
+	ags = ags - 1 -- a batch call's agent is its campaign's (ag == sag)
+end
+if direct and k > 0 and redis.call('HDEL', KEYS[4], call) == 1 then
+	k = k - 1
+	reply[4] = k
+	reply[5] = -1
+end
+local orec = struct.pack(OF, L, pa, en, orun + 1, S, k, lver, fver, fexp, clock, sec, n1, n2, n3,
+	n4, n5, n6, n7)
+local crec = struct.pack(CF, r + 1, f, ceil, known) .. sag
+if set[3] then -- a second was moved to the rolling minute
+	redis.call('HSET', state, set[3], set[4], set[5], set[6])
+end
+if ag ~= '' then
+	redis.call('HSET', state, 'org', orec, 'c:' .. c, crec, 'a:' .. ag,
+		struct.pack(AF, agr + 1, ags))
+else
+	redis.call('HSET', state, 'org', orec, 'c:' .. c, crec)
+end
+redis.call('HSET', slots, call, c .. '|' .. ag .. '|' .. string.format('%d', now))
+redis.call('HSET', sys, 'v', struct.pack(SF, slim, srun + 1, sver))
+reply[1] = 1
+reply[2] = c
+return reply

@@ -1,0 +1,95 @@
+-- gate_release.lua: gives one call's slots back, once (dispatcher/gate/README.md).
+-- Transcribes fairshare_gate_release() of dispatcher/core/fairshare_gate.c. Idempotent per call
+-- id: a call id without a slot record (a duplicate, out-of-order or unknown release) frees
+-- nothing. A count that is already 0 changes nothing (range) and the record stays for the
+-- reconciler. The shortfall aggregates follow the stored floor (expired or not), attributed to
+-- the campaign's agent as installed.
+-- KEYS: gen_key state slots sys
+-- ARGV: gen call
+-- Reply: {outcome, campaign, agent, taken_ms, now_ms}
+--   outcome 1 freed, 0 not held (campaign, agent "" and taken_ms 0), -1 range
+
+local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
+local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
+
+local state, slots, sys = KEYS[2], KEYS[3], KEYS[4]
+local call = ARGV[2]
+
+local rec = redis.call('HGET', slots, call)
+local c, ag, taken = '', '', 0
+if rec then
+	c, ag, taken = string.match(rec, '^([^|]*)|([^|]*)|(%d+)$')
+	taken = tonumber(taken)
+end
+local v = redis.call('HMGET', state, 'org', 'c:' .. c, 'a:' .. ag)
+local o = v[1] and {struct.unpack(OF, v[1])}
+local now
+if o and o[10] >= 0 then
+	now = o[10]
+else
+	local t = redis.call('TIME')
+	now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if not rec then
+	return {0, '', '', 0, now}
+end
+
+local r, f, ceil, known, sag = 0, 0, 0, 0, ''
+if v[2] then
+	r, f, ceil, known = struct.unpack(CF, v[2])
+	sag = string.sub(v[2], 14)
+end
+local ar, as = 0, 0
+if v[3] then
+	ar, as = struct.unpack(AF, v[3])
+end
+local sv = redis.call('HGET', sys, 'v')
+local sys_limit, sys_running, sys_version = 0, 0, 0
+if sv then
+	sys_limit, sys_running, sys_version = struct.unpack(SF, sv)
+end
+if not o or sys_running == 0 or o[4] == 0 or r == 0 or (ag ~= '' and ar == 0) then
+	return {-1, c, ag, taken, now}
+end
+
+local set, del = {'org', ''}, {}
+local function put(field, keep, value)
+	if keep then
+		set[#set + 1] = field
+		set[#set + 1] = value
+	else
+		del[#del + 1] = field
+	end
+end
+r = r - 1
+o[4] = o[4] - 1
+if ag ~= '' then
+	ar = ar - 1
+end
+if c ~= '*' and r < f then
+	o[5] = o[5] + 1
+	if sag ~= '' then
+		if sag == ag then
+			as = as + 1
+		else
+			local raw = redis.call('HGET', state, 'a:' .. sag)
+			local sr, ss = 0, 0
+			if raw then
+				sr, ss = struct.unpack(AF, raw)
+			end
+			put('a:' .. sag, true, struct.pack(AF, sr, ss + 1))
+		end
+	end
+end
+set[2] = struct.pack(OF, unpack(o, 1, 18))
+put('c:' .. c, r > 0 or f > 0 or known == 1, struct.pack(CF, r, f, ceil, known) .. sag)
+if ag ~= '' then
+	put('a:' .. ag, ar > 0 or as > 0, struct.pack(AF, ar, as))
+end
+redis.call('HSET', state, unpack(set))
+if #del > 0 then
+	redis.call('HDEL', state, unpack(del))
+end
+redis.call('HDEL', slots, call)
+redis.call('HSET', sys, 'v', struct.pack(SF, sys_limit, sys_running - 1, sys_version))
+return {1, c, ag, taken, now}
