@@ -87,8 +87,8 @@ struct refresher {
 };
 
 static const char *const stmt_sql[ST_COUNT] = {
-	[ST_LEASE] = SQL_REFRESHER_LEASE,	  [ST_ORGS] = SQL_REFRESHER_ORGS,
-	[ST_ORG] = SQL_REFRESHER_ORG,		  [ST_CAMPAIGNS] = SQL_REFRESHER_CAMPAIGNS,
+	[ST_LEASE] = SQL_REFRESHER_LEASE,     [ST_ORGS] = SQL_REFRESHER_ORGS,
+	[ST_ORG] = SQL_REFRESHER_ORG,	      [ST_CAMPAIGNS] = SQL_REFRESHER_CAMPAIGNS,
 	[ST_WAITING] = SQL_REFRESHER_WAITING, [ST_DIRECT] = SQL_REFRESHER_DIRECT,
 };
 static const int stmt_params[ST_COUNT] = { 4, 0, 1, 1, 1, 1 };
@@ -162,9 +162,9 @@ static void vec_free(struct vec *v)
 
 static void destroy(struct refresher *r)
 {
-	struct vec *vs[] = { &r->text,	 &r->camps,	    &r->direct, &r->vtext,  &r->vcamps,
-			     &r->vagents, &r->in,	    &r->out,	&r->agents, &r->agent_running,
-			     &r->floors, &r->pgfloors, &r->limits };
+	struct vec *vs[] = { &r->text,	  &r->camps,	&r->direct, &r->vtext,	&r->vcamps,
+			     &r->vagents, &r->in,	&r->out,    &r->agents, &r->agent_running,
+			     &r->floors,  &r->pgfloors, &r->limits };
 	for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++)
 		vec_free(vs[i]);
 	orgs_free(r);
@@ -205,7 +205,7 @@ static void lease_cb(int status, const struct pg_results *res, void *data)
 		cycle_end(r, status);
 		return;
 	}
-	const PGresult *lr = res->res[0], *or = res->res[1];
+	const PGresult *lr = res->res[0], * or = res->res[1];
 	if (PQntuples(lr) != 1) {
 		if (r->lease_version) {
 			log_warn(LOG_GATE, "refresher: lease %" PRIu64 " lost", r->lease_version);
@@ -484,7 +484,8 @@ static const struct vec *sort_arena;
 
 static int off_cmp(const void *x, const void *y)
 {
-	return strcmp(text_at(sort_arena, *(const size_t *)x), text_at(sort_arena, *(const size_t *)y));
+	return strcmp(text_at(sort_arena, *(const size_t *)x),
+		      text_at(sort_arena, *(const size_t *)y));
 }
 
 static uint32_t agent_index(const struct refresher *r, size_t off)
@@ -585,12 +586,13 @@ static int build_floors(struct refresher *r, uint32_t n)
 	for (uint32_t i = 0; i < n; i++) {
 		const char *id = in[i].direct ? NULL : in[i].id;
 		if (out[i].floor)
-			f[r->floors.n++] = (struct gate_floor){ .campaign = id, .floor = out[i].floor };
+			f[r->floors.n++] =
+				(struct gate_floor){ .campaign = id, .floor = out[i].floor };
 		if (carry_kept(&out[i]))
 			p[r->pgfloors.n++] = (struct gate_pgmode_floor){ .campaign = id,
-									  .floor = out[i].floor,
-									  .active = out[i].active,
-									  .carry = out[i].carry };
+									 .floor = out[i].floor,
+									 .active = out[i].active,
+									 .carry = out[i].carry };
 	}
 	return 0;
 }
@@ -607,9 +609,9 @@ static void compute(struct refresher *r)
 	}
 	uint64_t elapsed = r->elapsed_override;
 	if (elapsed == REFRESHER_ELAPSED_MEASURED)
-		elapsed = r->elapsed_ms < 0			       ? 0
+		elapsed = r->elapsed_ms < 0			     ? 0
 			  : r->elapsed_ms > REFRESHER_ELAPSED_MAX_MS ? REFRESHER_ELAPSED_MAX_MS
-								       : (uint64_t)r->elapsed_ms;
+								     : (uint64_t)r->elapsed_ms;
 	struct fairshare_org org = {
 		.system_limit = r->global_limit,
 		.system_running = r->v_system_running,
@@ -662,8 +664,7 @@ static void install_limits(struct refresher *r);
 static void install_floors(struct refresher *r);
 static void install_pg(struct refresher *r);
 
-static void system_cb(struct gate *g, int status, const struct gate_install_result *res,
-		      void *data)
+static void system_cb(struct gate *g, int status, const struct gate_install_result *res, void *data)
 {
 	struct refresher *r = data;
 
@@ -695,8 +696,7 @@ static void install_system(struct refresher *r)
 	r->pending++;
 }
 
-static void limits_cb(struct gate *g, int status, const struct gate_install_result *res,
-		      void *data)
+static void limits_cb(struct gate *g, int status, const struct gate_install_result *res, void *data)
 {
 	struct refresher *r = data;
 
@@ -745,8 +745,7 @@ static void install_limits(struct refresher *r)
 	r->pending++;
 }
 
-static void floors_cb(struct gate *g, int status, const struct gate_install_result *res,
-		      void *data)
+static void floors_cb(struct gate *g, int status, const struct gate_install_result *res, void *data)
 {
 	struct refresher *r = data;
 

@@ -46,10 +46,10 @@
 #include <uv.h>
 
 #define REFRESHER_LEASE_NAME	   "refresher"
-#define REFRESHER_PERIOD_MS	   1000u  /* default recompute period */
-#define REFRESHER_LEASE_MS	   3000u  /* default lease duration (renewed each cycle) */
-#define REFRESHER_FLOORS_TTL_MS	   10000u /* default floors lifetime (C5: "default 10 s") */
-#define REFRESHER_ELAPSED_MAX_MS   60000u /* measured elapsed times are clamped to this */
+#define REFRESHER_PERIOD_MS	   1000u      /* default recompute period */
+#define REFRESHER_LEASE_MS	   3000u      /* default lease duration (renewed each cycle) */
+#define REFRESHER_FLOORS_TTL_MS	   10000u     /* default floors lifetime (C5: "default 10 s") */
+#define REFRESHER_ELAPSED_MAX_MS   60000u     /* measured elapsed times are clamped to this */
 #define REFRESHER_ELAPSED_MEASURED UINT64_MAX /* refresher_step(): measure elapsed */
 
 struct refresher;
@@ -71,26 +71,26 @@ struct refresher_options {
 };
 
 struct refresher_stats {
-	uint64_t cycles;	    /* cycles completed */
-	uint64_t held;		    /* cycles run as the holder */
-	uint64_t not_holder;	    /* cycles that found another holder (nothing installed) */
-	uint64_t lost;		    /* tenures ended: renew refused or install fenced */
-	uint64_t recomputes;	    /* organisations recomputed */
-	uint64_t installs;	    /* floors installs applied in Redis */
-	uint64_t refused_redis;	    /* floors installs refused by version in Redis */
-	uint64_t refused_pg;	    /* floors installs refused by version in PostgreSQL */
-	uint64_t limits_installs;   /* org limits installs applied */
-	uint64_t system_installs;   /* system limit installs applied */
-	uint64_t limits_cycle;	    /* index of the cycle (cycles completed before it) that last
+	uint64_t cycles;	  /* cycles completed */
+	uint64_t held;		  /* cycles run as the holder */
+	uint64_t not_holder;	  /* cycles that found another holder (nothing installed) */
+	uint64_t lost;		  /* tenures ended: renew refused or install fenced */
+	uint64_t recomputes;	  /* organisations recomputed */
+	uint64_t installs;	  /* floors installs applied in Redis */
+	uint64_t refused_redis;	  /* floors installs refused by version in Redis */
+	uint64_t refused_pg;	  /* floors installs refused by version in PostgreSQL */
+	uint64_t limits_installs; /* org limits installs applied */
+	uint64_t system_installs; /* system limit installs applied */
+	uint64_t limits_cycle;	  /* index of the cycle (cycles completed before it) that last
 				     * applied an org limits install */
-	uint64_t errors;	    /* organisations whose cycle failed (logged) */
-	uint64_t lease_version;	    /* current tenure's version, 0 when not holding */
-	uint64_t last_version;	    /* last floors version sent */
-	uint64_t last_elapsed_ms;   /* elapsed time of the last recompute */
-	uint64_t last_read_us;	    /* last recompute's phases: reads */
-	uint64_t last_compute_us;   /*   fairshare_recompute() and the install arrays */
-	uint64_t last_install_us;   /*   installs */
-	uint32_t last_campaigns;    /* campaigns of the last recompute */
+	uint64_t errors;	  /* organisations whose cycle failed (logged) */
+	uint64_t lease_version;	  /* current tenure's version, 0 when not holding */
+	uint64_t last_version;	  /* last floors version sent */
+	uint64_t last_elapsed_ms; /* elapsed time of the last recompute */
+	uint64_t last_read_us;	  /* last recompute's phases: reads */
+	uint64_t last_compute_us; /*   fairshare_recompute() and the install arrays */
+	uint64_t last_install_us; /*   installs */
+	uint32_t last_campaigns;  /* campaigns of the last recompute */
 };
 
 /* status: 0 when the cycle ran as the holder and every organisation was refreshed (some

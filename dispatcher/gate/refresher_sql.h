@@ -10,8 +10,9 @@
 #define SQL_REFRESHER_LEASE                                                                        \
 	"UPDATE leases SET owner = $1::text,"                                                      \
 	" version = CASE WHEN owner = $1::text AND version = $2::bigint"                           \
-	" AND lease_until > clock_timestamp() AND NOT $4::boolean THEN version ELSE version + 1 END," \
-	" lease_until = clock_timestamp() + make_interval(secs => $3::double precision / 1000)"   \
+	" AND lease_until > clock_timestamp() AND NOT $4::boolean THEN version ELSE version + 1 "  \
+	"END,"                                                                                     \
+	" lease_until = clock_timestamp() + make_interval(secs => $3::double precision / 1000)"    \
 	" WHERE name = 'refresher' AND (lease_until <= clock_timestamp()"                          \
 	" OR (owner = $1::text AND version = $2::bigint))"                                         \
 	" RETURNING version"
@@ -24,7 +25,8 @@
 #define SQL_REFRESHER_ORG                                                                          \
 	"SELECT o.limits_version, o.org_limit, coalesce(o.per_agent_limit, 0),"                    \
 	" o.concurrency_management_enabled, s.global_limit, s.limits_version,"                     \
-	" coalesce(floor(extract(epoch FROM clock_timestamp() - i.installed_at) * 1000), -1)::bigint" \
+	" coalesce(floor(extract(epoch FROM clock_timestamp() - i.installed_at) * 1000), "         \
+	"-1)::bigint"                                                                              \
 	" FROM organisations o CROSS JOIN system_settings s"                                       \
 	" LEFT JOIN fair_share_installs i ON i.org_id = o.id WHERE o.id = $1::text"
 

@@ -29,7 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define N_CAMP 6
+#define N_CAMP	 6
 #define LEASE_MS 1000
 
 static struct embedded svc;
@@ -105,15 +105,19 @@ static void seed(const char *org, int n, int due)
 		      " WHERE name = 'refresher'");
 	gp_sql(admin, "INSERT INTO organisations (id, name) VALUES ('%s', '%s')", org, org);
 	for (int i = 0; i < n; i++) {
-		gp_sql(admin, "INSERT INTO agents (id, org_id) VALUES ('%s_a%d', '%s')", org, i, org);
+		gp_sql(admin, "INSERT INTO agents (id, org_id) VALUES ('%s_a%d', '%s')", org, i,
+		       org);
 		gp_sql(admin,
-		       "INSERT INTO campaigns (id, org_id, agent_id) VALUES ('%s_c%d', '%s', '%s_a%d')",
+		       "INSERT INTO campaigns (id, org_id, agent_id) VALUES ('%s_c%d', '%s', "
+		       "'%s_a%d')",
 		       org, i, org, org, i);
 		gp_sql(admin,
-		       "INSERT INTO batches (id, org_id, campaign_id) VALUES ('%s_b%d', '%s', '%s_c%d')",
+		       "INSERT INTO batches (id, org_id, campaign_id) VALUES ('%s_b%d', '%s', "
+		       "'%s_c%d')",
 		       org, i, org, org, i);
 		gp_sql(admin,
-		       "INSERT INTO contacts (org_id, campaign_id, batch_id, phone, next_attempt_at)"
+		       "INSERT INTO contacts (org_id, campaign_id, batch_id, phone, "
+		       "next_attempt_at)"
 		       " SELECT '%s', '%s_c%d', '%s_b%d', '+1415555' || lpad(g::text, 4, '0'),"
 		       " now() - interval '1 minute' FROM generate_series(1, %d) g",
 		       org, org, i, org, i, due);
@@ -179,7 +183,8 @@ static void test_due_capped_plan(void **state)
 	const char *v[] = { "op_c1", "20" }, *ov[] = { "op" };
 	for (int m = 0; m < 2; m++) {
 		gp_sql(admin, "SET plan_cache_mode = %s", modes[m]);
-		plan_has("EXPLAIN (COSTS OFF) " SQL_COUNT_DUE_CAPPED, v, 2, "contacts_dialable_idx");
+		plan_has("EXPLAIN (COSTS OFF) " SQL_COUNT_DUE_CAPPED, v, 2,
+			 "contacts_dialable_idx");
 		plan_has("EXPLAIN (COSTS OFF) " SQL_COUNT_DUE_CAPPED, v, 2, "Limit");
 		plan_has("EXPLAIN (COSTS OFF) " SQL_REFRESHER_CAMPAIGNS, ov, 1,
 			 "contacts_dialable_idx");
@@ -214,7 +219,8 @@ static void test_election(void **state)
 	assert_int_equal(b.installs, 0);
 	assert_int_equal(b.not_holder, 2);
 	assert_int_equal(b.lease_version, 0);
-	uint64_t lease = (uint64_t)gp_int(admin, "SELECT version FROM leases WHERE name = 'refresher'");
+	uint64_t lease =
+		(uint64_t)gp_int(admin, "SELECT version FROM leases WHERE name = 'refresher'");
 	assert_int_equal(a.lease_version, lease);
 	assert_int_equal(gp_int(admin, "SELECT count(*) FROM leases WHERE owner = 'E1'"), 1);
 
@@ -233,10 +239,11 @@ static void test_election(void **state)
 		sum += f;
 	}
 	assert_int_equal(sum, 20);
-	assert_int_equal(gp_int(admin, "SELECT version FROM fair_share_installs WHERE org_id = 'oe'"),
-			 (long long)fv(lease, 1));
-	assert_int_equal(gp_int(admin, "SELECT sum(floor) FROM fair_share_floors WHERE org_id = 'oe'"),
-			 20);
+	assert_int_equal(
+		gp_int(admin, "SELECT version FROM fair_share_installs WHERE org_id = 'oe'"),
+		(long long)fv(lease, 1));
+	assert_int_equal(
+		gp_int(admin, "SELECT sum(floor) FROM fair_share_floors WHERE org_id = 'oe'"), 20);
 	side_close(&s, &env);
 }
 
@@ -466,10 +473,9 @@ static void test_takeover(void **state)
 	assert_true(WIFSTOPPED(ws));
 
 	/* B takes over once A's lease has run out (the database's clock decides). */
-	struct refresher_options o = { .owner = "B",
-				       .manual = true,
-				       .period_ms = 100,
-				       .lease_ms = LEASE_MS * 30 };
+	struct refresher_options o = {
+		.owner = "B", .manual = true, .period_ms = 100, .lease_ms = LEASE_MS * 30
+	};
 	struct side s;
 	side_open(&s, &env, "refr-b", 1, &o);
 	long long deadline = fixture_now_ms() + 60000;
@@ -498,10 +504,12 @@ static void test_takeover(void **state)
 	struct view_copy v;
 	assert_int_equal(genv_read(&env, "ot", &v), 0);
 	assert_int_equal(v.v.floors_version, b_last);
-	assert_int_equal(gp_int(admin, "SELECT version FROM fair_share_installs WHERE org_id = 'ot'"),
-			 (long long)b_last);
-	assert_int_equal(gp_int(admin, "SELECT count(*) FROM fair_share_floors WHERE org_id = 'ot'"
-				       " AND version <> %llu",
+	assert_int_equal(
+		gp_int(admin, "SELECT version FROM fair_share_installs WHERE org_id = 'ot'"),
+		(long long)b_last);
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM fair_share_floors WHERE org_id = 'ot'"
+				" AND version <> %llu",
 				(unsigned long long)b_last),
 			 0);
 	/* Its next cycle finds B holding: it installs nothing. */
