@@ -99,18 +99,20 @@ static void seed(struct bench *b, const char *org, int n)
 	snprintf(q, sizeof(q), "INSERT INTO organisations (id, name) VALUES ('%s', '%s')", org,
 		 org);
 	sql(b, q);
-	snprintf(q, sizeof(q),
-		 "INSERT INTO agents (id, org_id) SELECT '%s_a' || g, '%s'"
-		 " FROM generate_series(1, %d) g;"
-		 "INSERT INTO campaigns (id, org_id, agent_id) SELECT '%s_c' || g, '%s', '%s_a' || g"
-		 " FROM generate_series(1, %d) g;"
-		 "INSERT INTO batches (id, org_id, campaign_id) SELECT '%s_b' || g, '%s', '%s_c' || g"
-		 " FROM generate_series(1, %d) g;"
-		 "INSERT INTO contacts (org_id, campaign_id, batch_id, phone, next_attempt_at)"
-		 " SELECT '%s', '%s_c' || (g %% %d + 1), '%s_b' || (g %% %d + 1),"
-		 " '+1415' || lpad(g::text, 7, '0'), now() - interval '1 minute'"
-		 " FROM generate_series(1, %d) g; ANALYZE",
-		 org, org, n, org, org, org, n, org, org, org, n, org, org, n, org, n, 3 * n);
+	snprintf(
+		q, sizeof(q),
+		"INSERT INTO agents (id, org_id) SELECT '%s_a' || g, '%s'"
+		" FROM generate_series(1, %d) g;"
+		"INSERT INTO campaigns (id, org_id, agent_id) SELECT '%s_c' || g, '%s', '%s_a' || g"
+		" FROM generate_series(1, %d) g;"
+		"INSERT INTO batches (id, org_id, campaign_id) SELECT '%s_b' || g, '%s', '%s_c' || "
+		"g"
+		" FROM generate_series(1, %d) g;"
+		"INSERT INTO contacts (org_id, campaign_id, batch_id, phone, next_attempt_at)"
+		" SELECT '%s', '%s_c' || (g %% %d + 1), '%s_b' || (g %% %d + 1),"
+		" '+1415' || lpad(g::text, 7, '0'), now() - interval '1 minute'"
+		" FROM generate_series(1, %d) g; ANALYZE",
+		org, org, n, org, org, org, n, org, org, org, n, org, org, n, org, n, 3 * n);
 	sql(b, q);
 	if (gate_org_rebuild(b->gate, org, NULL, 0, done_cb, b))
 		die("gate_org_rebuild", NULL);
@@ -207,8 +209,9 @@ int main(int argc, char **argv)
 	struct pg_pool *pool;
 	struct gate_pg *gpg;
 	struct refresher *r;
-	struct refresher_options o = { .owner = "bench", .manual = true, .period_ms = 100,
-				       .lease_ms = 600000 };
+	struct refresher_options o = {
+		.owner = "bench", .manual = true, .period_ms = 100, .lease_ms = 600000
+	};
 	if (pg_pool_new(&b.loop, &po, &pool) || gate_pg_new(pool, NULL, &gpg) ||
 	    refresher_new(&b.loop, pool, b.gate, gpg, &o, &r) || pg_pool_start(pool))
 		die("pool", NULL);
