@@ -18,4 +18,15 @@
 	"SELECT count(*) FROM contacts"                                                            \
 	" WHERE campaign_id = $1 AND state = 'pending' AND next_attempt_at <= now()"
 
+/* SQL_COUNT_DUE counted up to a cap: the refresher needs no more than org_limit (need never
+ * exceeds it), so the count reads at most $2 entries of contacts_dialable_idx (a capped index
+ * range scan; tests/integration/test_refresher.c checks the plan). The ORDER BY is the index's
+ * order: without it the planner may walk contacts_org_pending_idx instead, filtering by
+ * campaign, which is unbounded for a small campaign in a large organisation. 175 ms on 226 k due contacts
+ * uncapped, 0.7 ms with a cap of 20 (issue 8). $1 campaign_id, $2 cap. */
+#define SQL_COUNT_DUE_CAPPED                                                                       \
+	"SELECT count(*) FROM (SELECT 1 FROM contacts"                                             \
+	" WHERE campaign_id = $1 AND state = 'pending' AND next_attempt_at <= now()"               \
+	" ORDER BY next_attempt_at LIMIT $2) d"
+
 #endif

@@ -1,0 +1,61 @@
+/* The refresher's statements (refresher.c), named here so the tests can check their plans. */
+#ifndef DSP_REFRESHER_SQL_H
+#define DSP_REFRESHER_SQL_H
+
+/* The lease's compare-and-set. $1 owner, $2 the caller's tenure version (0: none), $3 lease
+ * duration in ms, $4 true to start a new tenure even when holding. Renews (version kept) when
+ * the caller holds an unexpired lease, starts a new tenure (version + 1) when the lease has run
+ * out (anyone) or the caller holds it with $4; otherwise no row. The row lock serialises two
+ * callers: the second re-checks the WHERE against the first's commit. */
+#define SQL_REFRESHER_LEASE                                                                        \
+	"UPDATE leases SET owner = $1::text,"                                                      \
+	" version = CASE WHEN owner = $1::text AND version = $2::bigint"                           \
+	" AND lease_until > clock_timestamp() AND NOT $4::boolean THEN version ELSE version + 1 "  \
+	"END,"                                                                                     \
+	" lease_until = clock_timestamp() + make_interval(secs => $3::double precision / 1000)"    \
+	" WHERE name = 'refresher' AND (lease_until <= clock_timestamp()"                          \
+	" OR (owner = $1::text AND version = $2::bigint))"                                         \
+	" RETURNING version"
+
+/* Every organisation, in byte order. */
+#define SQL_REFRESHER_ORGS "SELECT id FROM organisations ORDER BY id COLLATE \"C\""
+
+/* One organisation's limits, the system limit, and the elapsed time since its last floors
+ * install on the database's clock (-1: never). $1 org. */
+#define SQL_REFRESHER_ORG                                                                          \
+	"SELECT o.limits_version, o.org_limit, coalesce(o.per_agent_limit, 0),"                    \
+	" o.concurrency_management_enabled, s.global_limit, s.limits_version,"                     \
+	" coalesce(floor(extract(epoch FROM clock_timestamp() - i.installed_at) * 1000), "         \
+	"-1)::bigint"                                                                              \
+	" FROM organisations o CROSS JOIN system_settings s"                                       \
+	" LEFT JOIN fair_share_installs i ON i.org_id = o.id WHERE o.id = $1::text"
+
+/* Every campaign of the organisation in byte order: id, agent, status, ceiling (0: none), due
+ * contacts counted up to org_limit (the form of SQL_COUNT_DUE_CAPPED, dispatcher/queue_sql.h:
+ * at most org_limit index entries of contacts_dialable_idx per active campaign), and the carry
+ * stored with the last floors. $1 org. */
+#define SQL_REFRESHER_CAMPAIGNS                                                                    \
+	"SELECT c.id, c.agent_id, c.status::text, coalesce(c.max_concurrent_calls, 0),"            \
+	" CASE WHEN c.status = 'active' THEN (SELECT count(*) FROM (SELECT 1 FROM contacts k"      \
+	" WHERE k.campaign_id = c.id AND k.state = 'pending' AND k.next_attempt_at <= now()"       \
+	" ORDER BY k.next_attempt_at LIMIT o.org_limit) d) ELSE 0 END,"                            \
+	" coalesce(f.floor, 0), coalesce(f.deficit_us, 0), coalesce(f.fluid_num, 0),"              \
+	" coalesce(f.fluid_den, 0), coalesce(f.idle_ms, 0)"                                        \
+	" FROM campaigns c JOIN organisations o ON o.id = c.org_id"                                \
+	" LEFT JOIN fair_share_floors f ON f.org_id = c.org_id AND f.campaign_id = c.id"           \
+	" WHERE c.org_id = $1::text ORDER BY c.id COLLATE \"C\""
+
+/* Claimed contacts per campaign (the `waiting` input until the worker registers its waiters),
+ * capped at org_limit. Scans contacts_lease_idx: every claimed contact of the fleet, a set
+ * bounded by the workers' claim pages. $1 org. */
+#define SQL_REFRESHER_WAITING                                                                      \
+	"SELECT campaign_id, least(count(*), (SELECT org_limit FROM organisations"                 \
+	" WHERE id = $1::text)) FROM contacts WHERE state = 'claimed' AND org_id = $1::text"       \
+	" GROUP BY campaign_id"
+
+/* The direct pseudo-campaign's carry (campaign_id ''). $1 org. */
+#define SQL_REFRESHER_DIRECT                                                                       \
+	"SELECT floor, deficit_us, fluid_num, fluid_den, idle_ms FROM fair_share_floors"           \
+	" WHERE org_id = $1::text AND campaign_id = ''"
+
+#endif

@@ -1,0 +1,559 @@
+/* The refresher (dispatcher/gate/refresher.h) against a real PostgreSQL and Redis:
+ *   - the capped due count is an index range scan on contacts_dialable_idx under a Limit;
+ *   - election: of two refreshers, one installs and the other installs nothing;
+ *   - C4: a limit changed in PostgreSQL reaches the gate's decisions within two refresher
+ *     cycles of the commit (the bound is the period, not a wall-clock guess);
+ *   - takeover: the holder (a forked child) is SIGSTOPped between its renew and its install,
+ *     another refresher takes over once the lease has run out, the woken holder's install is
+ *     refused by version in Redis and in PostgreSQL, and the carry stored after the change of
+ *     holder equals a single refresher's on the same inputs and elapsed times.
+ * Time is an argument (refresher_step()'s elapsed), so the carries are exact. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "fairshare.h"
+#include "gate_harness.h"
+#include "gate_pg_test.h"
+#include "queue_sql.h"
+#include "refresher.h"
+#include "refresher_sql.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define N_CAMP	 6
+#define LEASE_MS 1000
+
+static struct embedded svc;
+static PGconn *admin;
+static struct gate_env env;
+
+/* A pool, the gate's PostgreSQL side and refreshers on env's loop. */
+struct side {
+	struct pg_pool *pool;
+	struct gate_pg *gpg;
+	struct refresher *r[2];
+	int closed;
+};
+
+static void side_open(struct side *s, struct gate_env *e, const char *name, int n,
+		      const struct refresher_options *opts)
+{
+	struct pg_pool_options o = {
+		.conninfo = svc.database_url,
+		.name = name,
+		.size = 2,
+		.connect_timeout_ms = 10000,
+		.query_timeout_ms = 60000,
+		.reconnect_min_ms = 20,
+		.reconnect_max_ms = 200,
+	};
+	memset(s, 0, sizeof(*s));
+	assert_int_equal(pg_pool_new(&e->loop, &o, &s->pool), 0);
+	assert_int_equal(gate_pg_new(s->pool, NULL, &s->gpg), 0);
+	for (int i = 0; i < n; i++)
+		assert_int_equal(refresher_new(&e->loop, s->pool, e->g, s->gpg, &opts[i], &s->r[i]),
+				 0);
+	assert_int_equal(pg_pool_start(s->pool), 0);
+	struct gp gp = { .pool = s->pool };
+	fixture_run_until(&e->loop, gp_all_up, &gp, 60000);
+}
+
+static void side_close(struct side *s, struct gate_env *e)
+{
+	for (int i = 0; i < 2; i++)
+		refresher_free(s->r[i]);
+	pg_pool_close(s->pool, gp_closed_cb, &s->closed);
+	fixture_run_until_count(&e->loop, &s->closed, 1, 60000);
+	gate_pg_free(s->gpg);
+}
+
+struct step {
+	int calls, status;
+};
+
+static void step_cb(struct refresher *r, int status, void *data)
+{
+	struct step *p = data;
+	(void)r;
+	p->calls++;
+	p->status = status;
+}
+
+static int step_sync(struct gate_env *e, struct refresher *r, uint64_t elapsed)
+{
+	struct step p = { 0 };
+	assert_int_equal(refresher_step(r, elapsed, step_cb, &p), 0);
+	fixture_run_until_count(&e->loop, &p.calls, 1, 60000);
+	return p.status;
+}
+
+/* A fresh database and Redis state with one organisation: org_limit 20, n campaigns
+ * "<org>_c<i>" on agents "<org>_a<i>", each with `due` pending contacts due now. */
+static void seed(const char *org, int n, int due)
+{
+	gp_sql(admin, "TRUNCATE organisations, fair_share_installs, fair_share_floors CASCADE");
+	gp_sql(admin, "UPDATE leases SET owner = NULL, lease_until = '-infinity'"
+		      " WHERE name = 'refresher'");
+	gp_sql(admin, "INSERT INTO organisations (id, name) VALUES ('%s', '%s')", org, org);
+	for (int i = 0; i < n; i++) {
+		gp_sql(admin, "INSERT INTO agents (id, org_id) VALUES ('%s_a%d', '%s')", org, i,
+		       org);
+		gp_sql(admin,
+		       "INSERT INTO campaigns (id, org_id, agent_id) VALUES ('%s_c%d', '%s', "
+		       "'%s_a%d')",
+		       org, i, org, org, i);
+		gp_sql(admin,
+		       "INSERT INTO batches (id, org_id, campaign_id) VALUES ('%s_b%d', '%s', "
+		       "'%s_c%d')",
+		       org, i, org, org, i);
+		gp_sql(admin,
+		       "INSERT INTO contacts (org_id, campaign_id, batch_id, phone, "
+		       "next_attempt_at)"
+		       " SELECT '%s', '%s_c%d', '%s_b%d', '+1415555' || lpad(g::text, 4, '0'),"
+		       " now() - interval '1 minute' FROM generate_series(1, %d) g",
+		       org, org, i, org, i, due);
+	}
+	const char *orgs[] = { org, NULL };
+	genv_fresh(&env, 1000, orgs);
+}
+
+static uint64_t fv(uint64_t lease, uint64_t seq)
+{
+	uint64_t v = 0;
+	assert_int_equal(gate_floors_version(lease, seq, &v), 0);
+	return v;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	fixture_start(&svc, true, true, false, true);
+	admin = fixture_pg(&svc);
+	genv_open(&env, svc.redis_url, "refresher-test", true);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	genv_close(&env);
+	PQfinish(admin);
+	embedded_stop(&svc);
+	return 0;
+}
+
+static void plan_has(const char *explain, const char *const *values, int n, const char *want)
+{
+	PGresult *res = PQexecParams(admin, explain, n, NULL, values, NULL, NULL, 0);
+	assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
+	char plan[8192] = "";
+	for (int i = 0; i < PQntuples(res); i++) {
+		strncat(plan, PQgetvalue(res, i, 0), sizeof(plan) - strlen(plan) - 2);
+		strcat(plan, "\n");
+	}
+	PQclear(res);
+	if (!strstr(plan, want) || strstr(plan, "Seq Scan on contacts"))
+		fail_msg("plan without %s:\n%s", want, plan);
+}
+
+/* The capped due count reads at most the cap's entries of the dialable index, alone and inside
+ * the refresher's per-organisation statement, in custom and generic plans, on 60,000 contacts
+ * over 6 campaigns (a third done, due times spread over a day). */
+static void test_due_capped_plan(void **state)
+{
+	(void)state;
+	seed("op", 6, 0);
+	gp_sql(admin, "INSERT INTO contacts (org_id, campaign_id, batch_id, phone, state,"
+		      " next_attempt_at) SELECT 'op', 'op_c' || (g %% 6), 'op_b' || (g %% 6),"
+		      " '+1415' || lpad(g::text, 7, '0'), (CASE WHEN g %% 3 = 0 THEN 'done'"
+		      " ELSE 'pending' END)::contact_state,"
+		      " now() - interval '12 hours' + (g %% 1440) * interval '1 minute'"
+		      " FROM generate_series(1, 60000) g");
+	gp_sql(admin, "ANALYZE contacts");
+	const char *modes[] = { "force_custom_plan", "force_generic_plan" };
+	const char *v[] = { "op_c1", "20" }, *ov[] = { "op" };
+	for (int m = 0; m < 2; m++) {
+		gp_sql(admin, "SET plan_cache_mode = %s", modes[m]);
+		plan_has("EXPLAIN (COSTS OFF) " SQL_COUNT_DUE_CAPPED, v, 2,
+			 "contacts_dialable_idx");
+		plan_has("EXPLAIN (COSTS OFF) " SQL_COUNT_DUE_CAPPED, v, 2, "Limit");
+		plan_has("EXPLAIN (COSTS OFF) " SQL_REFRESHER_CAMPAIGNS, ov, 1,
+			 "contacts_dialable_idx");
+	}
+	gp_sql(admin, "RESET plan_cache_mode");
+	PGresult *res = PQexecParams(admin, SQL_COUNT_DUE_CAPPED, 2, NULL, v, NULL, NULL, 0);
+	assert_string_equal(PQgetvalue(res, 0, 0), "20");
+	PQclear(res);
+}
+
+/* Two refreshers: the first installs, the second finds it holding and installs nothing. */
+static void test_election(void **state)
+{
+	(void)state;
+	seed("oe", 3, 10);
+	struct refresher_options o[2] = {
+		{ .owner = "E1", .manual = true, .period_ms = 100, .lease_ms = 5000 },
+		{ .owner = "E2", .manual = true, .period_ms = 100, .lease_ms = 5000 },
+	};
+	struct side s;
+	side_open(&s, &env, "refr-e", 2, o);
+	assert_int_equal(step_sync(&env, s.r[0], 0), 0);
+	assert_int_equal(step_sync(&env, s.r[1], 0), -EAGAIN);
+	assert_int_equal(step_sync(&env, s.r[0], 500), 0);
+	assert_int_equal(step_sync(&env, s.r[1], 500), -EAGAIN);
+
+	struct refresher_stats a, b;
+	refresher_get_stats(s.r[0], &a);
+	refresher_get_stats(s.r[1], &b);
+	assert_int_equal(a.installs, 2);
+	assert_int_equal(a.limits_installs, 1);
+	assert_int_equal(b.installs, 0);
+	assert_int_equal(b.not_holder, 2);
+	assert_int_equal(b.lease_version, 0);
+	uint64_t lease =
+		(uint64_t)gp_int(admin, "SELECT version FROM leases WHERE name = 'refresher'");
+	assert_int_equal(a.lease_version, lease);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM leases WHERE owner = 'E1'"), 1);
+
+	struct view_copy v;
+	assert_int_equal(genv_read(&env, "oe", &v), 0);
+	assert_int_equal(v.v.floors_version, fv(lease, 1));
+	assert_int_equal(v.v.limits_version, 1);
+	assert_int_equal(v.v.org_limit, 20);
+	/* need 10 each: floors 10, 10, 0 would not be fair; 20 over 3 is 7, 7, 6 */
+	uint32_t sum = 0;
+	for (int i = 0; i < 3; i++) {
+		char id[16];
+		snprintf(id, sizeof(id), "oe_c%d", i);
+		uint32_t f = view_floor(&v, id);
+		assert_true(f == 6 || f == 7);
+		sum += f;
+	}
+	assert_int_equal(sum, 20);
+	assert_int_equal(
+		gp_int(admin, "SELECT version FROM fair_share_installs WHERE org_id = 'oe'"),
+		(long long)fv(lease, 1));
+	assert_int_equal(
+		gp_int(admin, "SELECT sum(floor) FROM fair_share_floors WHERE org_id = 'oe'"), 20);
+	side_close(&s, &env);
+}
+
+/* C4: a limit changed in PostgreSQL is in the gate's decisions within two cycles. */
+struct c4_watch {
+	struct gate_env *e;
+	uint64_t want;
+};
+
+static bool limits_seen(void *arg)
+{
+	struct c4_watch *w = arg;
+	struct view_copy v;
+	return genv_read(w->e, "oc", &v) == 0 && v.v.limits_version >= w->want &&
+	       v.v.floors_version > 0;
+}
+
+static void test_limit_change(void **state)
+{
+	(void)state;
+	seed("oc", 2, 10);
+	struct refresher_options o = { .owner = "C", .period_ms = 200, .lease_ms = 3000 };
+	struct side s;
+	side_open(&s, &env, "refr-c", 1, &o);
+	assert_int_equal(refresher_start(s.r[0]), 0);
+	struct c4_watch w = { &env, 1 };
+	fixture_run_until(&env.loop, limits_seen, &w, 60000);
+
+	gp_sql(admin, "UPDATE organisations SET org_limit = 3, limits_version = limits_version + 1"
+		      " WHERE id = 'oc'");
+	struct refresher_stats st;
+	refresher_get_stats(s.r[0], &st);
+	uint64_t c0 = st.cycles;
+	w.want = 2;
+	fixture_run_until(&env.loop, limits_seen, &w, 60000);
+	refresher_get_stats(s.r[0], &st);
+	/* The cycle in progress at the commit (index c0) may have read before it; the next one
+	 * (c0 + 1) cannot: the bound is one period plus one cycle, whatever the wall clock. */
+	assert_int_equal(st.limits_installs, 2);
+	assert_true(st.limits_cycle >= c0 && st.limits_cycle <= c0 + 1);
+
+	struct view_copy v;
+	assert_int_equal(genv_read(&env, "oc", &v), 0);
+	assert_int_equal(v.v.org_limit, 3);
+	char call[37];
+	for (unsigned i = 0; i < 3; i++) {
+		struct admit_out a = genv_admit(&env, "oc", gp_uuid(call, 100 + i), "oc_c0 oc_c1");
+		assert_int_equal(a.status, 0);
+		assert_int_equal(a.r.outcome, GATE_ADMITTED);
+	}
+	struct admit_out a = genv_admit(&env, "oc", gp_uuid(call, 103), "oc_c0 oc_c1");
+	assert_int_equal(a.r.outcome, GATE_REFUSED);
+	assert_int_equal(a.r.decisions[0].level, FAIRSHARE_LEVEL_ORG);
+	side_close(&s, &env);
+}
+
+/* --- takeover: the holder in a child process --- */
+
+struct cmd {
+	char op; /* 's' step, 'S' step that pauses before its install, 'g' go on, 'q' quit */
+	uint64_t elapsed;
+};
+
+struct reply {
+	char kind; /* 'r' ready to install (paused in the hook), 'd' step done */
+	int status;
+	uint64_t version, lease_version, refused_redis, refused_pg;
+};
+
+static int child_cmd = -1, child_rep = -1;
+static bool child_armed;
+
+static void xwrite(int fd, const void *p, size_t n)
+{
+	if (write(fd, p, n) != (ssize_t)n)
+		_exit(3);
+}
+
+static void xread_child(void *p, size_t n)
+{
+	if (read(child_cmd, p, n) != (ssize_t)n)
+		_exit(4);
+}
+
+static void child_hook(struct refresher *r, const char *org, uint64_t version, void *data)
+{
+	(void)r;
+	(void)org;
+	(void)data;
+	if (!child_armed)
+		return;
+	child_armed = false;
+	struct reply rep = { .kind = 'r', .version = version };
+	xwrite(child_rep, &rep, sizeof(rep));
+	struct cmd c;
+	xread_child(&c, sizeof(c)); /* the parent SIGSTOPs us here, then says 'g' */
+}
+
+static void child_main(void)
+{
+	struct gate_env e;
+	struct side s;
+	genv_open(&e, svc.redis_url, "refresher-A", true);
+	struct refresher_options o = { .owner = "A",
+				       .manual = true,
+				       .period_ms = 100,
+				       .lease_ms = LEASE_MS,
+				       .before_install_cb = child_hook };
+	side_open(&s, &e, "refr-a", 1, &o);
+	for (;;) {
+		struct cmd c;
+		xread_child(&c, sizeof(c));
+		if (c.op == 'q')
+			break;
+		child_armed = c.op == 'S';
+		int status = step_sync(&e, s.r[0], c.elapsed);
+		struct refresher_stats st;
+		refresher_get_stats(s.r[0], &st);
+		struct reply rep = { .kind = 'd',
+				     .status = status,
+				     .version = st.last_version,
+				     .lease_version = st.lease_version,
+				     .refused_redis = st.refused_redis,
+				     .refused_pg = st.refused_pg };
+		xwrite(child_rep, &rep, sizeof(rep));
+	}
+	side_close(&s, &e);
+	genv_close(&e);
+	_exit(0);
+}
+
+static void send_cmd(int fd, char op, uint64_t elapsed)
+{
+	struct cmd c = { .op = op, .elapsed = elapsed };
+	assert_int_equal(write(fd, &c, sizeof(c)), sizeof(c));
+}
+
+static struct reply get_reply(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	struct reply rep;
+	assert_int_equal(poll(&p, 1, 120000), 1);
+	assert_int_equal(read(fd, &rep, sizeof(rep)), sizeof(rep));
+	return rep;
+}
+
+static struct reply child_step(int cmd, int rep, uint64_t elapsed)
+{
+	send_cmd(cmd, 's', elapsed);
+	struct reply r = get_reply(rep);
+	assert_int_equal(r.kind, 'd');
+	return r;
+}
+
+/* The single refresher: the same inputs (6 campaigns, 20 due each, nothing running or
+ * waiting, org_limit 20) through the elapsed times, from a zero carry. */
+static void reference(const uint64_t *elapsed, int steps, struct fairshare_result *out)
+{
+	static char ids[N_CAMP][16];
+	struct fairshare_campaign in[N_CAMP];
+	uint32_t agent_running[N_CAMP] = { 0 };
+	for (int i = 0; i < N_CAMP; i++) {
+		snprintf(ids[i], sizeof(ids[i]), "ot_c%d", i);
+		in[i] = (struct fairshare_campaign){ .id = ids[i],
+						     .due = 20,
+						     .ceiling = FAIRSHARE_UNLIMITED,
+						     .agent = (uint32_t)i };
+	}
+	size_t ws = fairshare_work_size(N_CAMP, N_CAMP);
+	void *work = malloc(ws);
+	assert_non_null(work);
+	for (int k = 0; k < steps; k++) {
+		struct fairshare_org org = { .system_limit = 1000,
+					     .org_limit = 20,
+					     .per_agent = FAIRSHARE_UNLIMITED,
+					     .enforced = true,
+					     .elapsed_ms = elapsed[k],
+					     .agent_running = agent_running,
+					     .n_agents = N_CAMP };
+		assert_int_equal(fairshare_recompute(&org, in, N_CAMP, out, NULL, work, ws), 0);
+		for (int i = 0; i < N_CAMP; i++)
+			in[i].carry = out[i].carry;
+	}
+	free(work);
+}
+
+static void test_takeover(void **state)
+{
+	(void)state;
+	seed("ot", N_CAMP, 25);
+	int to_child[2], from_child[2];
+	assert_int_equal(pipe(to_child), 0);
+	assert_int_equal(pipe(from_child), 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(to_child[1]);
+		close(from_child[0]);
+		child_cmd = to_child[0];
+		child_rep = from_child[1];
+		child_main();
+	}
+	close(to_child[0]);
+	close(from_child[1]);
+	int cmd = to_child[1], rep = from_child[0];
+
+	/* A holds: three installs, elapsed 0, 700, 1300 ms. */
+	const uint64_t elapsed[] = { 0, 700, 1300, 900, 600 };
+	struct reply r = child_step(cmd, rep, elapsed[0]);
+	assert_int_equal(r.status, 0);
+	uint64_t va = r.lease_version;
+	assert_true(va > 0);
+	assert_int_equal(child_step(cmd, rep, elapsed[1]).status, 0);
+	r = child_step(cmd, rep, elapsed[2]);
+	assert_int_equal(r.status, 0);
+	assert_int_equal(r.version, fv(va, 2));
+
+	/* A renews, recomputes and stops right before installing. */
+	send_cmd(cmd, 'S', 900);
+	r = get_reply(rep);
+	assert_int_equal(r.kind, 'r');
+	assert_int_equal(r.version, fv(va, 3));
+	assert_int_equal(kill(pid, SIGSTOP), 0);
+	int ws;
+	assert_int_equal(waitpid(pid, &ws, WUNTRACED), pid);
+	assert_true(WIFSTOPPED(ws));
+
+	/* B takes over once A's lease has run out (the database's clock decides). */
+	struct refresher_options o = {
+		.owner = "B", .manual = true, .period_ms = 100, .lease_ms = LEASE_MS * 30
+	};
+	struct side s;
+	side_open(&s, &env, "refr-b", 1, &o);
+	long long deadline = fixture_now_ms() + 60000;
+	int status;
+	while ((status = step_sync(&env, s.r[0], elapsed[3])) == -EAGAIN) {
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(50);
+	}
+	assert_int_equal(status, 0);
+	struct refresher_stats st;
+	refresher_get_stats(s.r[0], &st);
+	uint64_t vb = st.lease_version;
+	assert_int_equal(vb, va + 1);
+	assert_int_equal(step_sync(&env, s.r[0], elapsed[4]), 0);
+	uint64_t b_last = fv(vb, 1);
+
+	/* A wakes up and installs what it computed: refused in Redis and in PostgreSQL. */
+	assert_int_equal(kill(pid, SIGCONT), 0);
+	send_cmd(cmd, 'g', 0);
+	r = get_reply(rep);
+	assert_int_equal(r.kind, 'd');
+	assert_int_equal(r.status, -ESTALE);
+	assert_int_equal(r.refused_redis, 1);
+	assert_int_equal(r.refused_pg, 1);
+	assert_int_equal(r.lease_version, 0);
+	struct view_copy v;
+	assert_int_equal(genv_read(&env, "ot", &v), 0);
+	assert_int_equal(v.v.floors_version, b_last);
+	assert_int_equal(
+		gp_int(admin, "SELECT version FROM fair_share_installs WHERE org_id = 'ot'"),
+		(long long)b_last);
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM fair_share_floors WHERE org_id = 'ot'"
+				" AND version <> %llu",
+				(unsigned long long)b_last),
+			 0);
+	/* Its next cycle finds B holding: it installs nothing. */
+	assert_int_equal(child_step(cmd, rep, 500).status, -EAGAIN);
+	send_cmd(cmd, 'q', 0);
+	assert_int_equal(fixture_wait(pid), 0);
+	close(cmd);
+	close(rep);
+
+	/* The carry equals a single refresher's through the same elapsed times. */
+	struct fairshare_result ref[N_CAMP];
+	reference(elapsed, 5, ref);
+	for (int i = 0; i < N_CAMP; i++) {
+		PGresult *res;
+		char sql[256];
+		snprintf(sql, sizeof(sql),
+			 "SELECT floor, deficit_us, fluid_num, fluid_den, idle_ms FROM"
+			 " fair_share_floors WHERE org_id = 'ot' AND campaign_id = 'ot_c%d'",
+			 i);
+		res = fixture_sql(admin, sql);
+		assert_int_equal(PQntuples(res), 1);
+		assert_int_equal(atoll(PQgetvalue(res, 0, 0)), ref[i].floor);
+		assert_int_equal(atoll(PQgetvalue(res, 0, 1)), ref[i].carry.deficit);
+		assert_int_equal(atoll(PQgetvalue(res, 0, 2)), ref[i].carry.fluid_num);
+		assert_int_equal(atoll(PQgetvalue(res, 0, 3)), ref[i].carry.fluid_den);
+		assert_int_equal(atoll(PQgetvalue(res, 0, 4)), (long long)ref[i].carry.idle_ms);
+		char id[16];
+		snprintf(id, sizeof(id), "ot_c%d", i);
+		assert_int_equal(view_floor(&v, id), ref[i].floor);
+		PQclear(res);
+	}
+	/* and the rotation is under way: somebody has a non-zero deficit */
+	assert_true(gp_int(admin, "SELECT count(*) FROM fair_share_floors WHERE org_id = 'ot'"
+				  " AND deficit_us <> 0") > 0);
+	side_close(&s, &env);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_due_capped_plan),
+		cmocka_unit_test(test_election),
+		cmocka_unit_test(test_limit_change),
+		cmocka_unit_test(test_takeover),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
