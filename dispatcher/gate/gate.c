@@ -292,8 +292,8 @@ static bool admit_req_ok(const struct gate_admit_req *r)
 		return false;
 	if (r->direct)
 		return r->n_campaigns == 0;
-	if ((r->wait && !r->worker) || r->agent || r->n_campaigns < 1 || r->n_campaigns > GATE_CANDIDATES_MAX ||
-	    !r->campaigns)
+	if ((r->wait && !r->worker) || r->agent || r->n_campaigns < 1 ||
+	    r->n_campaigns > GATE_CANDIDATES_MAX || !r->campaigns)
 		return false;
 	for (uint32_t i = 0; i < r->n_campaigns; i++)
 		if (!id_ok(r->campaigns[i]))
@@ -402,8 +402,7 @@ int gate_handoff_beat(struct gate *g, const char *org, const char *worker, uint6
 	return handoff_op(g, "beat", org, worker, ttl_ms, 0, cb, data);
 }
 
-int gate_handoff_wake(struct gate *g, const char *org, uint32_t max, gate_handoff_cb cb,
-		      void *data)
+int gate_handoff_wake(struct gate *g, const char *org, uint32_t max, gate_handoff_cb cb, void *data)
 {
 	if (max < 1 || max > 16)
 		return -EINVAL;

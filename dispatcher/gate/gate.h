@@ -40,11 +40,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GATE_CANDIDATES_MAX 16			/* candidates per admission */
-#define GATE_ELOST	    (-ENODATA)		/* gate state absent or of another generation */
-#define GATE_VERSION_MAX    9007199254740991ULL /* 2^53 - 1: versions are exact in Lua */
-#define GATE_GEN_MAX	    64			/* bytes of a generation */
-#define GATE_WAKE_DEADLINE_MS 300		/* default hand-off deadline */
+#define GATE_CANDIDATES_MAX   16		  /* candidates per admission */
+#define GATE_ELOST	      (-ENODATA)	  /* gate state absent or of another generation */
+#define GATE_VERSION_MAX      9007199254740991ULL /* 2^53 - 1: versions are exact in Lua */
+#define GATE_GEN_MAX	      64		  /* bytes of a generation */
+#define GATE_WAKE_DEADLINE_MS 300		  /* default hand-off deadline */
 
 struct gate;
 
@@ -111,14 +111,14 @@ enum gate_release_outcome {
 
 struct gate_release_result {
 	enum gate_release_outcome outcome;
-	const char *campaign; /* FREED/RANGE: the record's campaign, NULL for a direct dial */
-	const char *agent;    /* FREED/RANGE: its agent, NULL for none */
-	uint64_t taken_ms;    /* FREED/RANGE: when the slot was taken (Redis time) */
-	uint64_t now_ms;      /* the script's clock */
-	uint32_t woken;	      /* FREED: waiters woken (the freed line's, and one per expired
+	const char *campaign;	/* FREED/RANGE: the record's campaign, NULL for a direct dial */
+	const char *agent;	/* FREED/RANGE: its agent, NULL for none */
+	uint64_t taken_ms;	/* FREED/RANGE: when the slot was taken (Redis time) */
+	uint64_t now_ms;	/* the script's clock */
+	uint32_t woken;		/* FREED: waiters woken (the freed line's, and one per expired
 			       * wake passed on) */
-	uint32_t passed;      /* FREED: expired wakes passed on */
-	uint32_t receivers;   /* FREED: subscribers the wake PUBLISHes reached */
+	uint32_t passed;	/* FREED: expired wakes passed on */
+	uint32_t receivers;	/* FREED: subscribers the wake PUBLISHes reached */
 	const char *woken_call; /* FREED: the last woken waiter's call id, NULL for none */
 };
 
