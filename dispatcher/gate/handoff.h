@@ -50,12 +50,12 @@ struct handoff_options {
 };
 
 struct handoff_stats {
-	uint64_t wakes;	     /* wake messages delivered to a local waiter */
-	uint64_t unknown;    /* wake messages for no local waiter (removed meanwhile) */
-	uint64_t rechecks;   /* waiters re-checked after a resubscription */
-	uint64_t beats;	     /* heartbeats sent */
+	uint64_t wakes;	      /* wake messages delivered to a local waiter */
+	uint64_t unknown;     /* wake messages for no local waiter (removed meanwhile) */
+	uint64_t rechecks;    /* waiters re-checked after a resubscription */
+	uint64_t beats;	      /* heartbeats sent */
 	uint64_t beat_errors; /* heartbeats answered with an error */
-	uint64_t passed;     /* expired wakes the sweeps passed on */
+	uint64_t passed;      /* expired wakes the sweeps passed on */
 };
 
 /* Creates the handoff and subscribes to its channel (dsp:v1:wake:<worker>) on o->sub. *out is

@@ -97,8 +97,7 @@ static bool child_done(void *arg)
 }
 
 /* The child's body; never returns. Exit 0 once admitted and reported. */
-static void child_main(const char *worker, const char *org, const char *call,
-		       const char *campaign)
+static void child_main(const char *worker, const char *org, const char *call, const char *campaign)
 {
 	struct child c = { .org = org, .call = call, .campaign = campaign };
 	struct redis_sub_options so = {
@@ -240,7 +239,8 @@ static void order(void **state)
 
 	for (size_t i = 0; i < 4; i++) {
 		struct release_out r = release_one(&e, steps[i].release);
-		print_message("release %s: woken %u %s receivers %u passed %u\n", steps[i].release, r.r.woken, r.woken_call, r.r.receivers, r.r.passed);
+		print_message("release %s: woken %u %s receivers %u passed %u\n", steps[i].release,
+			      r.r.woken, r.woken_call, r.r.receivers, r.r.passed);
 		assert_int_equal(r.r.woken, 1);
 		assert_string_equal(r.woken_call, steps[i].woken);
 		assert_int_equal(r.r.receivers, 1);
