@@ -278,14 +278,15 @@ int main(int argc, char **argv)
 		goto out;
 	run_until(&p.loop, &p.answers, want);
 	want = p.answers + 1;
-	if (gate_install_limits(p.g, ORG,
-				&(struct gate_limits){ .version = 1,
-						       .org_limit = 1,
-						       .enforced = true,
-						       .campaigns = &(struct gate_campaign_limits){
-							       .campaign = "A" },
-						       .n_campaigns = 1 },
-				install_cb, &p))
+	if (gate_install_limits(
+		    p.g, ORG,
+		    &(struct gate_limits){
+			    .version = 1,
+			    .org_limit = 1,
+			    .enforced = true,
+			    .campaigns = &(struct gate_campaign_limits){ .campaign = "A" },
+			    .n_campaigns = 1 },
+		    install_cb, &p))
 		goto out;
 	run_until(&p.loop, &p.answers, want);
 	if (pipe(to_child) || pipe(to_parent))
@@ -300,7 +301,8 @@ int main(int argc, char **argv)
 	close(to_child[0]);
 	close(to_parent[1]);
 
-	int64_t *wake = calloc((size_t)n, sizeof(int64_t)), *adm = calloc((size_t)n, sizeof(int64_t));
+	int64_t *wake = calloc((size_t)n, sizeof(int64_t)),
+		*adm = calloc((size_t)n, sizeof(int64_t));
 	int warm = n / 10, done = 0;
 	for (int i = 0; i < n + warm; i++) {
 		char call[32], r;

@@ -328,6 +328,107 @@ static void killed_subscriber(void **state)
 	genv_close(&e);
 }
 
+struct op {
+	int calls, status, outcome;
+	struct gate_handoff_result h;
+};
+
+static void op_admit_cb(struct gate *g, int status, const struct gate_admit_result *r, void *data)
+{
+	struct op *o = data;
+	o->status = status;
+	o->outcome = r ? (int)r->outcome : -1;
+	o->calls++;
+}
+
+static void op_handoff_cb(struct gate *g, int status, const struct gate_handoff_result *r,
+			  void *data)
+{
+	struct op *o = data;
+	o->status = status;
+	if (r)
+		o->h = *r;
+	o->calls++;
+}
+
+/* A batch waiter of worker on campaign, registered by its refused admission. */
+static void register_waiter(struct gate_env *e, const char *call, const char *campaign,
+			    const char *worker)
+{
+	const char *cands[1] = { campaign };
+	struct op o = { 0 };
+
+	assert_int_equal(gate_admit(e->g,
+				    &(struct gate_admit_req){ .org = "o1",
+							      .call = call,
+							      .campaigns = cands,
+							      .n_campaigns = 1,
+							      .wait = true,
+							      .worker = worker },
+				    op_admit_cb, &o),
+			 0);
+	fixture_run_until_count(&e->loop, &o.calls, 1, GENV_TIMEOUT_MS);
+	assert_int_equal(o.status, 0);
+	assert_int_equal(o.outcome, GATE_REFUSED);
+}
+
+static struct gate_handoff_result beat_or_wake(struct gate_env *e, const char *worker,
+					       uint64_t ttl_ms)
+{
+	struct op o = { 0 };
+
+	if (worker)
+		assert_int_equal(gate_handoff_beat(e->g, "o1", worker, ttl_ms, op_handoff_cb, &o),
+				 0);
+	else
+		assert_int_equal(gate_handoff_wake(e->g, "o1", 16, op_handoff_cb, &o), 0);
+	fixture_run_until_count(&e->loop, &o.calls, 1, GENV_TIMEOUT_MS);
+	assert_int_equal(o.status, 0);
+	return o.h;
+}
+
+/* One process, no subscriber (the scripts' markers only): a waiter whose worker's heartbeat has
+ * expired is dropped when the wake meets it and the next one is woken; a raised limit then
+ * wakes exactly as many waiters as it frees lines (gate_handoff_wake after the install). */
+static void dead_worker_and_raised_limit(void **state)
+{
+	struct gate_env e;
+	struct gate_handoff_result h;
+	char key[128];
+
+	genv_open(&e, svc.redis_url, "parent", true);
+	genv_fresh(&e, 1000, org1);
+	assert_int_equal(genv_limits(&e, "o1", 1, 2, 0, true, "A:: B:: C:: D::", NULL), 0);
+	admit_fill(&e, "d1", "D");
+	admit_fill(&e, "d2", "D");
+	beat_or_wake(&e, "wdead", 1);
+	beat_or_wake(&e, "walive", 600000);
+	register_waiter(&e, "x1", "A", "wdead");
+	register_waiter(&e, "x2", "B", "walive");
+	register_waiter(&e, "x3", "C", "walive");
+	fixture_sleep_ms(20); /* wdead's 1 ms heartbeat is over (Redis time) */
+
+	struct release_out r = release_one(&e, "d1");
+	assert_int_equal(r.r.woken, 1);
+	assert_string_equal(r.woken_call, "x2"); /* x1 (A, first by id) dropped: dead worker */
+	assert_int_equal(r.r.receivers, 0);	 /* nobody subscribed in this test */
+	assert_true(gate_org_key("o1", "bwait", key, sizeof(key)) > 0);
+	assert_int_equal(genv_cmd(&e, NULL, 0, "HEXISTS", key, "x1", NULL), 0);
+
+	/* Nothing is free (d2 runs, x2 holds the promised line): no wake. */
+	h = beat_or_wake(&e, NULL, 0);
+	assert_int_equal(h.woken, 0);
+	/* The limit goes to 4: two lines free, one waiter left: x3 woken, once. */
+	assert_int_equal(genv_limits(&e, "o1", 2, 4, 0, true, "A:: B:: C:: D::", NULL), 0);
+	h = beat_or_wake(&e, NULL, 0);
+	assert_int_equal(h.woken, 1);
+	assert_int_equal(key_count(&e, "ZCARD", "wdl"), 2);
+	assert_int_equal(key_count(&e, "ZCARD", "wq"), 0);
+	h = beat_or_wake(&e, NULL, 0);
+	assert_int_equal(h.woken, 0);
+	genv_close(&e);
+}
+
 static int setup(void **state)
 {
 	fixture_start(&svc, false, true, false, false);
@@ -346,6 +447,7 @@ int main(void)
 		cmocka_unit_test(order),
 		cmocka_unit_test(stopped_worker),
 		cmocka_unit_test(killed_subscriber),
+		cmocka_unit_test(dead_worker_and_raised_limit),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
