@@ -90,7 +90,9 @@ if c ~= '*' and r < f then
 	end
 end
 put('c:' .. c, r > 0 or f > 0 or known == 1, struct.pack(CF, r, f, ceil, known) .. sag)
-if c ~= '*' then
+-- Anyone queued or woken in this org? (one EXISTS: a release without waiters pays only this)
+local waiting = redis.call('EXISTS', KEYS[7], KEYS[9]) > 0
+if waiting and c ~= '*' then
 	redis.call('ZADD', KEYS[8], 'XX', r - f, c) -- its place in the waking order
 end
 if ag ~= '' then
@@ -101,6 +103,11 @@ if #del > 0 then
 end
 redis.call('HDEL', slots, call)
 redis.call('HSET', sys, 'v', struct.pack(SF, sys_limit, sys_running - 1, sys_version))
+if not waiting then
+	set[2] = struct.pack(OF, unpack(o, 1, 18))
+	redis.call('HSET', state, unpack(set))
+	return {1, c, ag, taken, now, 0, 0, 0, ''}
+end
 if #set > 2 then
 	redis.call('HSET', state, unpack(set, 3))
 end
