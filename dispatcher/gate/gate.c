@@ -409,6 +409,14 @@ int gate_handoff_wake(struct gate *g, const char *org, uint32_t max, gate_handof
 	return handoff_op(g, "wake", org, NULL, 0, max, cb, data);
 }
 
+int gate_handoff_unwait(struct gate *g, const char *org, const char *call, gate_handoff_cb cb,
+			void *data)
+{
+	if (!call)
+		return -EINVAL;
+	return handoff_op(g, "unwait", org, call, 0, 0, cb, data);
+}
+
 int gate_handoff_leave(struct gate *g, const char *org, const char *worker, gate_handoff_cb cb,
 		       void *data)
 {

@@ -330,6 +330,13 @@ int gate_handoff_beat(struct gate *g, const char *org, const char *worker, uint6
 int gate_handoff_wake(struct gate *g, const char *org, uint32_t max, gate_handoff_cb cb,
 		      void *data);
 
+/* Withdraws one waiter (batch or direct) that gives up: its record and queue entry go (a direct
+ * one with k - 1: like gate_direct_unwait()); if it had been woken, its promised line is passed
+ * to the next waiter in the same script. The result's dropped is 1 when it was registered.
+ * Returns 0 or -EINVAL. */
+int gate_handoff_unwait(struct gate *g, const char *org, const char *call, gate_handoff_cb cb,
+			void *data);
+
 /* Removes the worker's heartbeat in org (its waiters are dropped when met). Returns 0 or
  * -EINVAL. */
 int gate_handoff_leave(struct gate *g, const char *org, const char *worker, gate_handoff_cb cb,

@@ -6,6 +6,9 @@
 --   wake   the sweep, then up to max waiters woken, each the one the rule would admit on a line
 --          not promised yet (after floors or limits are installed: newly admissible waiters)
 --   leave  the worker's heartbeat removed (its waiters are dropped when met)
+--   unwait the waiter whose call id is in the worker argument gives up (C9's wait is over, a
+--          direct dial's 5 s): its registration withdrawn (a direct one with k - 1); if it had
+--          been woken, its promised line goes to the next waiter at once
 -- KEYS: gen_key state sys wait bwait wq wc wdl workers
 -- ARGV: gen op worker ttl_ms deadline_ms max
 -- Reply: {woken, passed, dropped, receivers, now_ms, k}
@@ -34,7 +37,7 @@ elseif op == 'leave' then
 	redis.call('HDEL', KEYS[9], worker)
 elseif op == 'wake' then
 	n = math.min(tonumber(ARGV[6]) or 0, 16)
-else
+elseif op ~= 'unwait' then
 	return redis.error_reply('GATE ARGS op')
 end
 local sv = redis.call('HGET', KEYS[3], 'v')
@@ -48,6 +51,22 @@ local x = {state = state, wait = KEYS[4], bwait = KEYS[5], wq = KEYS[6], wc = KE
 	cap = o[2] > 0 and o[2] < o[1], orun = o[4], S = o[5], k = o[6],
 	valid = o[8] > 0 and now < o[9], slim = slim, srun = srun, woken = 0, passed = 0,
 	dropped = 0, receivers = 0, alive = {}, last = ''}
+if op == 'unwait' then
+	local c, rec = '*', redis.call('HGET', KEYS[4], worker)
+	if not rec then
+		rec = redis.call('HGET', KEYS[5], worker)
+		c = rec and string.match(rec, '^([^|]*)')
+	end
+	if rec then
+		local since = string.match(rec, '^[^|]*|(%d+)')
+		if redis.call('ZSCORE', KEYS[8], worker) then
+			n = 1 -- it had been woken: its line goes to the next waiter
+		end
+		hw_drop(x, c, worker, since and (c .. '|' .. string.format('%013d', tonumber(since)) ..
+			'|' .. worker))
+		x.dropped = 1
+	end
+end
 handoff_wake(x, n)
 if x.k ~= o[6] then
 	o[6] = x.k

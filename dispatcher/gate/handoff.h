@@ -9,7 +9,7 @@
  * it, or when the subscriber has come back (a wake may have been lost), the callback runs and
  * the owner re-tries that call's admission (wait again): admitted consumes the wake; refused
  * puts the waiter back in its place. handoff_remove() when the waiter is admitted or gives up
- * (and gate_direct_unwait() for a direct dial that gives up).
+ * (and then gate_handoff_unwait(), so that a wake in flight passes to the next waiter at once).
  *
  * Heartbeat: every heartbeat_ms, for every org with local waiters, gate_handoff_beat() renews
  * the worker's registrations (ttl heartbeat_ttl_ms) and sweeps the org's expired wakes (passed

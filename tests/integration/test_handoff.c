@@ -426,6 +426,24 @@ static void dead_worker_and_raised_limit(void **state)
 	assert_int_equal(key_count(&e, "ZCARD", "wq"), 0);
 	h = beat_or_wake(&e, NULL, 0);
 	assert_int_equal(h.woken, 0);
+
+	/* Woken lines are not reserved against new admissions: d3..d5 take them (org 4 of 4), x4
+	 * waits. Two releases free two lines, both still promised to x2 and x3: no wake. x2 gives
+	 * up while woken: its line goes at once to the next waiter (x4). */
+	admit_fill(&e, "d3", "D");
+	admit_fill(&e, "d4", "D");
+	admit_fill(&e, "d5", "D");
+	register_waiter(&e, "x4", "D", "walive");
+	assert_int_equal(release_one(&e, "d5").r.woken, 0);
+	assert_int_equal(release_one(&e, "d4").r.woken, 0);
+	struct op o = { 0 };
+	assert_int_equal(gate_handoff_unwait(e.g, "o1", "x2", op_handoff_cb, &o), 0);
+	fixture_run_until_count(&e.loop, &o.calls, 1, GENV_TIMEOUT_MS);
+	assert_int_equal(o.status, 0);
+	assert_int_equal(o.h.dropped, 1);
+	assert_int_equal(o.h.woken, 1);
+	assert_int_equal(genv_cmd(&e, NULL, 0, "HEXISTS", key, "x2", NULL), 0);
+	assert_int_equal(key_count(&e, "ZCARD", "wdl"), 2); /* x3 and x4 */
 	genv_close(&e);
 }
 
