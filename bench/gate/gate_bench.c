@@ -393,8 +393,10 @@ static void setup_org(struct gate *g, int n)
 	for (int i = 0; i < 3; i++) {
 		snprintf(call, sizeof(call), "full%d", i);
 		const char *f[] = { cl[n + i].campaign };
-		if (gate_admit(g, &(struct gate_admit_req){ org, call, f, 1, false, NULL, false },
-			       fill_cb, NULL))
+		if (gate_admit(
+			    g,
+			    &(struct gate_admit_req){ org, call, f, 1, false, NULL, false, NULL },
+			    fill_cb, NULL))
 			exit(1);
 		wait_answer("fill");
 	}

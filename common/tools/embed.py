@@ -6,9 +6,26 @@ usage: embed.py OUTPUT.c SYMBOL FILE...
 Writes `const struct embedded_file SYMBOL[]` (name = the file's base name, text = its bytes as a
 NUL-terminated string, len = its length) followed by `const size_t SYMBOL_count`, with the files
 in the order given. The struct is declared in common/embedded_file.h.
+
+A line that is exactly `-- @include NAME` (a Lua comment) is replaced by the bytes of the file
+NAME, found beside the including file: Lua shared by several scripts is written once (the
+including target lists NAME in its depend_files).
 """
 import os
+import re
 import sys
+
+INCLUDE = re.compile(rb'^-- @include (\S+)[ \t]*\r?$', re.M)
+
+
+def expand(path: str, data: bytes) -> bytes:
+    """Replaces each `-- @include NAME` line by the contents of NAME (one level)."""
+    base = os.path.dirname(path)
+
+    def sub(m):
+        with open(os.path.join(base, m.group(1).decode('ascii')), 'rb') as inc:
+            return inc.read().rstrip(b'\n')
+    return INCLUDE.sub(sub, data)
 
 
 def c_bytes(data: bytes) -> str:
@@ -31,7 +48,7 @@ def main() -> int:
         sizes = []
         for i, path in enumerate(files):
             with open(path, 'rb') as src:
-                data = src.read()
+                data = expand(path, src.read())
             if b'\0' in data:
                 print('embed.py: %s contains a NUL byte' % path, file=sys.stderr)
                 return 1

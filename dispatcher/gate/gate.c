@@ -27,7 +27,8 @@ static const struct {
 	{ "gate_install.lua", true },	  { "gate_wait.lua", true },
 	{ "gate_read.lua", true },	  { "gate_stats.lua", false },
 	{ "gate_system.lua", true },	  { "gate_system_init.lua", false },
-	{ "gate_org_rebuild.lua", true }, { "gate_test_clock.lua", false },
+	{ "gate_org_rebuild.lua", true }, { "gate_handoff.lua", true },
+	{ "gate_test_clock.lua", false },
 };
 
 /* An EVALSHA's argv: borrowed strings, and formatted ones in fixed slots of buf. */
@@ -106,6 +107,15 @@ static void args_key(struct args *a, const char *org, const char *what)
 	args_fmt(a, "dsp:v1:{o:%s}:%s", org, what);
 }
 
+/* The hand-off's keys, in the order of gate_release.lua and gate_handoff.lua. */
+static void handoff_keys(struct args *a, const char *org)
+{
+	static const char *const what[] = { "wait", "bwait", "wq", "wc", "wdl", "workers" };
+
+	for (size_t i = 0; i < sizeof(what) / sizeof(what[0]); i++)
+		args_key(a, org, what[i]);
+}
+
 int gate_org_key(const char *org, const char *what, char *buf, size_t size)
 {
 	int n;
@@ -163,7 +173,7 @@ int gate_new(struct redis_conn *conn, const struct redis_scripts *reg, const cha
 	     struct gate **out)
 {
 	const struct redis_script **slot[] = {
-		NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+		NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 	};
 	struct gate *g;
 
@@ -181,7 +191,8 @@ int gate_new(struct redis_conn *conn, const struct redis_scripts *reg, const cha
 	slot[6] = &g->system;
 	slot[7] = &g->system_init;
 	slot[8] = &g->rebuild;
-	slot[9] = &g->test_clock;
+	slot[9] = &g->handoff;
+	slot[10] = &g->test_clock;
 	for (size_t i = 0; i < N_SCRIPTS; i++) {
 		*slot[i] = redis_scripts_find(reg, scripts[i].name);
 		if (!*slot[i] && i != TEST_CLOCK) {
@@ -190,6 +201,7 @@ int gate_new(struct redis_conn *conn, const struct redis_scripts *reg, const cha
 		}
 	}
 	g->conn = conn;
+	g->wake_deadline_ms = GATE_WAKE_DEADLINE_MS;
 	list_init(&g->pending);
 	if (gate_set_generation(g, generation)) {
 		free(g);
@@ -276,10 +288,12 @@ static bool admit_req_ok(const struct gate_admit_req *r)
 {
 	if (!r || !id_ok(r->org) || !id_ok(r->call) || (r->agent && !id_ok(r->agent)))
 		return false;
+	if (r->worker && !id_ok(r->worker))
+		return false;
 	if (r->direct)
 		return r->n_campaigns == 0;
-	if (r->wait || r->agent || r->n_campaigns < 1 || r->n_campaigns > GATE_CANDIDATES_MAX ||
-	    !r->campaigns)
+	if ((r->wait && !r->worker) || r->agent || r->n_campaigns < 1 ||
+	    r->n_campaigns > GATE_CANDIDATES_MAX || !r->campaigns)
 		return false;
 	for (uint32_t i = 0; i < r->n_campaigns; i++)
 		if (!id_ok(r->campaigns[i]))
@@ -295,7 +309,7 @@ int gate_admit(struct gate *g, const struct gate_admit_req *r, gate_admit_cb cb,
 
 	if (!g || !cb || !admit_req_ok(r))
 		return -EINVAL;
-	rc = prepare(g, GATE_OP_ADMIT, "admit", r->org, r->call, data, &a, 9 + GATE_CANDIDATES_MAX,
+	rc = prepare(g, GATE_OP_ADMIT, "admit", r->org, r->call, data, &a, 14 + GATE_CANDIDATES_MAX,
 		     &req);
 	if (rc)
 		return rc;
@@ -307,10 +321,15 @@ int gate_admit(struct gate *g, const struct gate_admit_req *r, gate_admit_cb cb,
 	args_key(&a, r->org, "slots");
 	args_key(&a, r->org, "wait");
 	args_str(&a, GATE_SYS_STATE_KEY);
+	args_key(&a, r->org, "bwait");
+	args_key(&a, r->org, "wq");
+	args_key(&a, r->org, "wc");
+	args_key(&a, r->org, "wdl");
 	args_str(&a, g->gen);
 	args_str(&a, r->call);
 	args_str(&a, r->wait ? "w" : "");
 	args_str(&a, r->direct ? r->agent : "");
+	args_str(&a, r->worker);
 	if (r->direct)
 		args_str(&a, "*");
 	for (uint32_t i = 0; !r->direct && i < r->n_campaigns; i++)
@@ -326,7 +345,7 @@ int gate_release(struct gate *g, const char *org, const char *call, gate_release
 
 	if (!g || !cb || !id_ok(org) || !id_ok(call))
 		return -EINVAL;
-	rc = prepare(g, GATE_OP_RELEASE, "release", org, call, data, &a, 6, &req);
+	rc = prepare(g, GATE_OP_RELEASE, "release", org, call, data, &a, 13, &req);
 	if (rc)
 		return rc;
 	req->cb.release = cb;
@@ -334,9 +353,76 @@ int gate_release(struct gate *g, const char *org, const char *call, gate_release
 	args_key(&a, org, "state");
 	args_key(&a, org, "slots");
 	args_str(&a, GATE_SYS_STATE_KEY);
+	handoff_keys(&a, org);
 	args_str(&a, g->gen);
 	args_str(&a, call);
+	args_fmt(&a, "%llu", (unsigned long long)g->wake_deadline_ms);
 	return send_script(g, g->release, req, &a);
+}
+
+int gate_set_wake_deadline(struct gate *g, uint64_t deadline_ms)
+{
+	if (!g || deadline_ms == 0 || deadline_ms > 60000)
+		return -EINVAL;
+	g->wake_deadline_ms = deadline_ms;
+	return 0;
+}
+
+static int handoff_op(struct gate *g, const char *op, const char *org, const char *worker,
+		      uint64_t ttl_ms, uint32_t max, gate_handoff_cb cb, void *data)
+{
+	struct gate_req *req;
+	struct args a;
+	int rc;
+
+	if (!g || !cb || !id_ok(org) || (worker && !id_ok(worker)) || ttl_ms > (1ULL << 40))
+		return -EINVAL;
+	rc = prepare(g, GATE_OP_HANDOFF, op, org, NULL, data, &a, 15, &req);
+	if (rc)
+		return rc;
+	req->cb.handoff = cb;
+	args_key(&a, org, "gen");
+	args_key(&a, org, "state");
+	args_str(&a, GATE_SYS_STATE_KEY);
+	handoff_keys(&a, org);
+	args_str(&a, g->gen);
+	args_str(&a, op);
+	args_str(&a, worker);
+	args_fmt(&a, "%llu", (unsigned long long)ttl_ms);
+	args_fmt(&a, "%llu", (unsigned long long)g->wake_deadline_ms);
+	args_fmt(&a, "%u", max);
+	return send_script(g, g->handoff, req, &a);
+}
+
+int gate_handoff_beat(struct gate *g, const char *org, const char *worker, uint64_t ttl_ms,
+		      gate_handoff_cb cb, void *data)
+{
+	if (!worker || ttl_ms == 0)
+		return -EINVAL;
+	return handoff_op(g, "beat", org, worker, ttl_ms, 0, cb, data);
+}
+
+int gate_handoff_wake(struct gate *g, const char *org, uint32_t max, gate_handoff_cb cb, void *data)
+{
+	if (max < 1 || max > 16)
+		return -EINVAL;
+	return handoff_op(g, "wake", org, NULL, 0, max, cb, data);
+}
+
+int gate_handoff_unwait(struct gate *g, const char *org, const char *call, gate_handoff_cb cb,
+			void *data)
+{
+	if (!call)
+		return -EINVAL;
+	return handoff_op(g, "unwait", org, call, 0, 0, cb, data);
+}
+
+int gate_handoff_leave(struct gate *g, const char *org, const char *worker, gate_handoff_cb cb,
+		       void *data)
+{
+	if (!worker)
+		return -EINVAL;
+	return handoff_op(g, "leave", org, worker, 0, 0, cb, data);
 }
 
 static bool limits_ok(const struct gate_limits *l)

@@ -40,10 +40,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GATE_CANDIDATES_MAX 16			/* candidates per admission */
-#define GATE_ELOST	    (-ENODATA)		/* gate state absent or of another generation */
-#define GATE_VERSION_MAX    9007199254740991ULL /* 2^53 - 1: versions are exact in Lua */
-#define GATE_GEN_MAX	    64			/* bytes of a generation */
+#define GATE_CANDIDATES_MAX   16		  /* candidates per admission */
+#define GATE_ELOST	      (-ENODATA)	  /* gate state absent or of another generation */
+#define GATE_VERSION_MAX      9007199254740991ULL /* 2^53 - 1: versions are exact in Lua */
+#define GATE_GEN_MAX	      64		  /* bytes of a generation */
+#define GATE_WAKE_DEADLINE_MS 300		  /* default hand-off deadline */
 
 struct gate;
 
@@ -78,7 +79,12 @@ struct gate_admit_req {
 	uint32_t n_campaigns;	      /* 1..GATE_CANDIDATES_MAX; 0 for a direct dial */
 	bool direct;		      /* a direct dial (the org's direct pseudo-campaign) */
 	const char *agent;	      /* direct: the dial's agent, NULL for none */
-	bool wait;		      /* direct: if refused, register as a waiting direct dial */
+	bool wait;		      /* if refused, register as a waiter (C9/C10): a direct dial
+				       * as a waiting direct dial, a batch call under its first
+				       * candidate (README.md "Hand-off") */
+	const char *worker;	      /* the worker holding the waiter (its wake channel,
+				       * handoff.h); needed for a batch wait; NULL for a direct
+				       * dial: it counts in k but is never woken */
 };
 
 struct gate_admit_result {
@@ -105,10 +111,25 @@ enum gate_release_outcome {
 
 struct gate_release_result {
 	enum gate_release_outcome outcome;
-	const char *campaign; /* FREED/RANGE: the record's campaign, NULL for a direct dial */
-	const char *agent;    /* FREED/RANGE: its agent, NULL for none */
-	uint64_t taken_ms;    /* FREED/RANGE: when the slot was taken (Redis time) */
-	uint64_t now_ms;      /* the script's clock */
+	const char *campaign;	/* FREED/RANGE: the record's campaign, NULL for a direct dial */
+	const char *agent;	/* FREED/RANGE: its agent, NULL for none */
+	uint64_t taken_ms;	/* FREED/RANGE: when the slot was taken (Redis time) */
+	uint64_t now_ms;	/* the script's clock */
+	uint32_t woken;		/* FREED: waiters woken (the freed line's, and one per expired
+			       * wake passed on) */
+	uint32_t passed;	/* FREED: expired wakes passed on */
+	uint32_t receivers;	/* FREED: subscribers the wake PUBLISHes reached */
+	const char *woken_call; /* FREED: the last woken waiter's call id, NULL for none */
+};
+
+/* What a hand-off script did (gate_handoff_beat(), gate_handoff_wake()). */
+struct gate_handoff_result {
+	uint32_t woken;		 /* waiters woken */
+	uint32_t passed;	 /* expired wakes passed on */
+	uint32_t dropped;	 /* waiters of dead workers dropped */
+	uint32_t receivers;	 /* subscribers the wake PUBLISHes reached */
+	uint64_t now_ms;	 /* the script's clock */
+	uint32_t direct_waiting; /* k after the call */
 };
 
 /* One campaign's limits (C7, C2). */
@@ -218,6 +239,8 @@ typedef void (*gate_read_cb)(struct gate *g, int status, const struct gate_view 
 typedef void (*gate_stats_cb)(struct gate *g, int status, const struct gate_stats *stats,
 			      void *data);
 typedef void (*gate_done_cb)(struct gate *g, int status, void *data);
+typedef void (*gate_handoff_cb)(struct gate *g, int status, const struct gate_handoff_result *res,
+				void *data);
 
 /* Registers the gate's scripts in reg (before the connections that use it start). Returns 0 or
  * a code of redis_scripts_add() (-EEXIST when already registered, -EBUSY once frozen). */
@@ -248,7 +271,9 @@ void gate_free(struct gate *g);
  * no or too many candidates, candidates with a direct dial, wait without direct). */
 int gate_admit(struct gate *g, const struct gate_admit_req *req, gate_admit_cb cb, void *data);
 
-/* Gives the call's slots back, if it holds any (idempotent). Returns 0 or -EINVAL. */
+/* Gives the call's slots back, if it holds any (idempotent), and in the same script wakes the
+ * one waiter the rule would admit on the freed line (README.md "Hand-off"). Returns 0 or
+ * -EINVAL. */
 int gate_release(struct gate *g, const char *org, const char *call, gate_release_cb cb, void *data);
 
 /* Installs an organisation's limits and its campaigns' ceilings and agents, replacing the
@@ -288,6 +313,33 @@ int gate_install_system_limit(struct gate *g, uint64_t version, uint32_t limit, 
 int gate_direct_wait(struct gate *g, const char *org, const char *call, const char *agent,
 		     gate_wait_cb cb, void *data);
 int gate_direct_unwait(struct gate *g, const char *org, const char *call, gate_wait_cb cb,
+		       void *data);
+
+/* The hand-off's deadline: a woken waiter that has not taken its line within deadline_ms of
+ * Redis time loses its wake to the next waiter (default GATE_WAKE_DEADLINE_MS). Applies to the
+ * next operations. Returns 0 or -EINVAL (0 or above 60,000). */
+int gate_set_wake_deadline(struct gate *g, uint64_t deadline_ms);
+
+/* The worker's heartbeat in org: its waiters there stay registered while Redis time < now +
+ * ttl_ms; then the deadline sweep (expired wakes passed on). Returns 0 or -EINVAL. */
+int gate_handoff_beat(struct gate *g, const char *org, const char *worker, uint64_t ttl_ms,
+		      gate_handoff_cb cb, void *data);
+
+/* The sweep, then up to max (1..16) waiters woken that the rule admits on lines not promised
+ * yet: for whoever installed floors or raised a limit. Returns 0 or -EINVAL. */
+int gate_handoff_wake(struct gate *g, const char *org, uint32_t max, gate_handoff_cb cb,
+		      void *data);
+
+/* Withdraws one waiter (batch or direct) that gives up: its record and queue entry go (a direct
+ * one with k - 1: like gate_direct_unwait()); if it had been woken, its promised line is passed
+ * to the next waiter in the same script. The result's dropped is 1 when it was registered.
+ * Returns 0 or -EINVAL. */
+int gate_handoff_unwait(struct gate *g, const char *org, const char *call, gate_handoff_cb cb,
+			void *data);
+
+/* Removes the worker's heartbeat in org (its waiters are dropped when met). Returns 0 or
+ * -EINVAL. */
+int gate_handoff_leave(struct gate *g, const char *org, const char *worker, gate_handoff_cb cb,
 		       void *data);
 
 /* Reads one organisation's limits, floors and live counts (campaigns, agents, system) in one

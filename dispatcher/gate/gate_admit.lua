@@ -6,11 +6,15 @@
 -- O(1) in the number of campaigns: one org record, one record per candidate and per agent.
 -- Written for speed (every µs here is paid per decision): locals rather than tables, no
 -- closures, binary records (struct) rather than text.
--- KEYS: gen_key state slots wait sys
--- ARGV: gen call flags agent ...
+-- KEYS: gen_key state slots wait sys bwait wq wc wdl
+-- ARGV: gen call flags agent worker ...
 --   call    the call id (the slot id at every level)
---   flags   "" or "w": a refused direct dial registers as a waiting direct dial (k + 1)
+--   flags   "" or "w": a refused call registers as a waiter (C9/C10): a direct dial as a
+--           waiting direct dial (k + 1), a batch call under its first candidate; a woken
+--           waiter refused again goes back to its place in the queue
 --   agent   a direct dial's agent ("" for none); ignored for batch candidates
+--   worker  the worker holding the waiter (its wake channel); "" for none: a direct dial
+--           then counts in k but is never woken (a batch waiter needs a worker)
 --   ...     1..16 candidate campaign ids, or "*" alone (a direct dial)
 -- Reply: {outcome, campaign, now_ms, k, waiter, n, level_1, reason_1, fcfs_1, ...}
 --   outcome 1 admitted (campaign: the admitted one), 0 refused (campaign ""),
@@ -31,18 +35,18 @@ local COUNT_MAX = 1073741824
 
 local state, slots, sys = KEYS[2], KEYS[3], KEYS[5]
 local call, dagent = ARGV[2], ARGV[4]
-local ncand = #ARGV - 4
+local ncand = #ARGV - 5
 if ncand < 1 or ncand > 16 then
 	return redis.error_reply('GATE ARGS candidates')
 end
-local direct = ARGV[5] == '*'
+local direct = ARGV[6] == '*'
 if direct and ncand ~= 1 then
 	return redis.error_reply('GATE ARGS a direct dial is its only candidate')
 end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local v = redis.call('HMGET', state, 'org', 'c:' .. ARGV[5])
+local v = redis.call('HMGET', state, 'org', 'c:' .. ARGV[6])
 if not v[1] then
 	return redis.error_reply('GATE NOLIMITS')
 end
@@ -78,7 +82,7 @@ local R -- min(k, max(1, floor(direct))) with valid floors, min(k, 1) without (R
 local c, r, f, ceil, known, sag, ag, agr, ags
 local admitted = false
 for i = 1, ncand do
-	c = ARGV[4 + i]
+	c = ARGV[5 + i]
 	local raw = v[2]
 	if i > 1 then
 		raw = redis.call('HGET', state, 'c:' .. c)
@@ -191,11 +195,36 @@ end
 n1, n2, n3, n4, n5, n6, n7 = n1 + d1, n2 + d2, n3 + d3, n4 + d4, n5 + d5, n6 + d6, n7 + d7
 
 if not admitted then
-	if direct and ARGV[3] == 'w' and
-		redis.call('HSETNX', KEYS[4], call, dagent .. '|' .. string.format('%d', now)) == 1 then
-		k = k + 1
-		reply[4] = k
-		reply[5] = 1
+	if ARGV[3] == 'w' then -- register (hand-off, README.md "Hand-off")
+		local wk, c1 = ARGV[5], ARGV[6]
+		local rec = redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
+		if rec then -- already waiting; woken and refused again: back to its place
+			if redis.call('ZREM', KEYS[9], call) == 1 then
+				redis.call('ZADD', KEYS[7], 0,
+					(direct and '*' or string.match(rec, '^([^|]*)')) .. '|' ..
+					string.format('%013d', tonumber(string.match(rec, '^[^|]*|(%d+)'))) ..
+					'|' .. call)
+			end
+		else
+			local since = string.format('%d', now)
+			if direct then
+				redis.call('HSET', KEYS[4], call, dagent .. '|' .. since .. '|' .. wk)
+				k = k + 1
+				reply[4] = k
+			else
+				redis.call('HSET', KEYS[6], call, c1 .. '|' .. since .. '|' .. wk)
+				local r1, f1 = 0, 0
+				if v[2] then
+					r1, f1 = struct.unpack(CF, v[2])
+				end
+				redis.call('ZADD', KEYS[8], r1 - f1, c1)
+			end
+			if wk ~= '' then
+				redis.call('ZADD', KEYS[7], 0, (direct and '*' or c1) .. '|' ..
+					string.format('%013d', now) .. '|' .. call)
+			end
+			reply[5] = 1
+		end
 	end
 	set[2] = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
 		n5, n6, n7)
@@ -215,10 +244,21 @@ if not direct and r < f then
 	S = S - 1
 	ags = ags - 1 -- a batch call's agent is its campaign's (ag == sag)
 end
-if direct and k > 0 and redis.call('HDEL', KEYS[4], call) == 1 then
-	k = k - 1
-	reply[4] = k
+local wrec = redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
+if wrec then -- a waiter admitted: its registration withdrawn, its wake (if any) consumed
+	local wc, since = string.match(wrec, '^([^|]*)|(%d+)')
+	redis.call('HDEL', direct and KEYS[4] or KEYS[6], call)
+	redis.call('ZREM', KEYS[7], (direct and '*' or wc) .. '|' ..
+		string.format('%013d', tonumber(since)) .. '|' .. call)
+	redis.call('ZREM', KEYS[9], call)
+	if direct then
+		k = math.max(k - 1, 0)
+		reply[4] = k
+	end
 	reply[5] = -1
+end
+if not direct then
+	redis.call('ZADD', KEYS[8], 'XX', r + 1 - f, c) -- its place in the waking order
 end
 local orec = struct.pack(OF, L, pa, en, orun + 1, S, k, lver, fver, fexp, clock, sec, n1, n2, n3,
 	n4, n5, n6, n7)

@@ -18,6 +18,7 @@ enum gate_op {
 	GATE_OP_READ,
 	GATE_OP_STATS,
 	GATE_OP_DONE,
+	GATE_OP_HANDOFF,
 };
 
 /* One operation in flight: owned by the gate until its reply comes, then freed; orphaned (g
@@ -34,6 +35,7 @@ struct gate_req {
 		gate_read_cb read;
 		gate_stats_cb stats;
 		gate_done_cb done;
+		gate_handoff_cb handoff;
 	} cb;
 	void *data;
 	bool direct;		    /* admit: a direct dial */
@@ -46,7 +48,8 @@ struct gate_req {
 struct gate {
 	struct redis_conn *conn; /* borrowed */
 	const struct redis_script *admit, *release, *install, *wait, *read, *stats, *system,
-		*system_init, *rebuild, *test_clock;
+		*system_init, *rebuild, *handoff, *test_clock;
+	uint64_t wake_deadline_ms;  /* gate_set_wake_deadline() */
 	char gen[GATE_GEN_MAX + 1]; /* "" when none: every guarded script then answers STALEGEN */
 	struct list_node pending;   /* struct gate_req */
 	bool closing;		    /* in gate_free(): new operations are refused */

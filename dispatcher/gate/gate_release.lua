@@ -4,10 +4,18 @@
 -- nothing. A count that is already 0 changes nothing (range) and the record stays for the
 -- reconciler. The shortfall aggregates follow the stored floor (expired or not), attributed to
 -- the campaign's agent as installed.
--- KEYS: gen_key state slots sys
--- ARGV: gen call
--- Reply: {outcome, campaign, agent, taken_ms, now_ms}
+-- A freed line wakes the one waiter the rule would admit (gate_wake.lua.inc, C9): PUBLISH to its
+-- worker's channel, in this same script.
+-- KEYS: gen_key state slots sys wait bwait wq wc wdl workers
+-- ARGV: gen call deadline_ms
+--   deadline_ms  how long a woken waiter has to take its line before the wake passes on
+-- Reply: {outcome, campaign, agent, taken_ms, now_ms, woken, passed, receivers, woken_call}
 --   outcome 1 freed, 0 not held (campaign, agent "" and taken_ms 0), -1 range
+--   woken      waiters woken (0 or 1, plus one per expired wake passed on)
+--   passed     expired wakes passed on; receivers: subscribers the PUBLISHes reached
+--   woken_call the last woken waiter's call id ("" for none)
+
+-- @include gate_wake.lua.inc
 
 local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
 local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
@@ -81,15 +89,35 @@ if c ~= '*' and r < f then
 		end
 	end
 end
-set[2] = struct.pack(OF, unpack(o, 1, 18))
 put('c:' .. c, r > 0 or f > 0 or known == 1, struct.pack(CF, r, f, ceil, known) .. sag)
+-- Anyone queued or woken in this org? (one EXISTS: a release without waiters pays only this)
+local waiting = redis.call('EXISTS', KEYS[7], KEYS[9]) > 0
+if waiting and c ~= '*' then
+	redis.call('ZADD', KEYS[8], 'XX', r - f, c) -- its place in the waking order
+end
 if ag ~= '' then
 	put('a:' .. ag, ar > 0 or as > 0, struct.pack(AF, ar, as))
 end
-redis.call('HSET', state, unpack(set))
 if #del > 0 then
 	redis.call('HDEL', state, unpack(del))
 end
 redis.call('HDEL', slots, call)
 redis.call('HSET', sys, 'v', struct.pack(SF, sys_limit, sys_running - 1, sys_version))
-return {1, c, ag, taken, now}
+if not waiting then
+	set[2] = struct.pack(OF, unpack(o, 1, 18))
+	redis.call('HSET', state, unpack(set))
+	return {1, c, ag, taken, now, 0, 0, 0, ''}
+end
+if #set > 2 then
+	redis.call('HSET', state, unpack(set, 3))
+end
+local x = {state = state, wait = KEYS[5], bwait = KEYS[6], wq = KEYS[7], wc = KEYS[8],
+	wdl = KEYS[9], workers = KEYS[10], org = string.match(state, '{o:([^}]*)}'), now = now,
+	deadline = tonumber(ARGV[3]) or 300, L = o[1], pa = o[2], en = o[3] == 1,
+	cap = o[2] > 0 and o[2] < o[1], orun = o[4], S = o[5], k = o[6],
+	valid = o[8] > 0 and now < o[9], slim = sys_limit, srun = sys_running - 1, woken = 0,
+	passed = 0, dropped = 0, receivers = 0, alive = {}, last = ''}
+handoff_wake(x, 1)
+o[6] = x.k
+redis.call('HSET', state, 'org', struct.pack(OF, unpack(o, 1, 18)))
+return {1, c, ag, taken, now, x.woken, x.passed, x.receivers, x.last}

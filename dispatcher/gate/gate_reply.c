@@ -136,10 +136,10 @@ static int parse_admit(const struct gate_req *req, const redisReply *r,
 static int parse_release(const struct gate_req *req, const redisReply *r,
 			 struct gate_release_result *res)
 {
-	long long v[5];
+	long long v[8] = { 0 };
 
 	if (!int_at(r, 0, &v[0]) || v[0] < -1 || v[0] > 1 || !str_at(r, 1) || !str_at(r, 2) ||
-	    !ints(r, 3, &v[3], 2))
+	    !ints(r, 3, &v[3], 2) || (r->elements > 5 && (!ints(r, 5, &v[5], 3) || !str_at(r, 8))))
 		return gate_reply_malformed(req, "release");
 	*res = (struct gate_release_result){
 		.outcome = v[0] == 1   ? GATE_FREED
@@ -149,6 +149,10 @@ static int parse_release(const struct gate_req *req, const redisReply *r,
 		.agent = id_or_null(str_at(r, 2)),
 		.taken_ms = (uint64_t)v[3],
 		.now_ms = (uint64_t)v[4],
+		.woken = (uint32_t)v[5],
+		.passed = (uint32_t)v[6],
+		.receivers = (uint32_t)v[7],
+		.woken_call = r->elements > 5 ? id_or_null(str_at(r, 8)) : NULL,
 	};
 	if (res->outcome == GATE_RANGE)
 		LOG_REQ(LOG_ERROR, req,
@@ -174,6 +178,24 @@ static int parse_install(const struct gate_req *req, const redisReply *r,
 		.now_ms = (uint64_t)v[2],
 		.expire_ms = (uint64_t)v[3],
 		.shortfall = (uint64_t)v[4],
+	};
+	return 0;
+}
+
+static int parse_handoff(const struct gate_req *req, const redisReply *r,
+			 struct gate_handoff_result *res)
+{
+	long long v[6];
+
+	if (!ints(r, 0, v, 6))
+		return gate_reply_malformed(req, "handoff");
+	*res = (struct gate_handoff_result){
+		.woken = (uint32_t)v[0],
+		.passed = (uint32_t)v[1],
+		.dropped = (uint32_t)v[2],
+		.receivers = (uint32_t)v[3],
+		.now_ms = (uint64_t)v[4],
+		.direct_waiting = (uint32_t)v[5],
 	};
 	return 0;
 }
@@ -303,6 +325,7 @@ void gate_reply_dispatch(struct gate_req *req, int status, const redisReply *rep
 		struct gate_install_result install;
 		struct gate_wait_result wait;
 		struct gate_stats stats;
+		struct gate_handoff_result handoff;
 	} u;
 
 	if (!status)
@@ -333,6 +356,10 @@ void gate_reply_dispatch(struct gate_req *req, int status, const redisReply *rep
 		break;
 	case GATE_OP_DONE:
 		dispatch_done(req, status, reply);
+		break;
+	case GATE_OP_HANDOFF:
+		status = status ? status : parse_handoff(req, reply, &u.handoff);
+		req->cb.handoff(req->g, status, status ? NULL : &u.handoff, req->data);
 		break;
 	}
 }

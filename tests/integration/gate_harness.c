@@ -212,6 +212,8 @@ static void release_cb(struct gate *g, int status, const struct gate_release_res
 	snprintf(o->agent, sizeof(o->agent), "%s", r->agent ? r->agent : "");
 	o->r.campaign = r->campaign ? o->campaign : NULL;
 	o->r.agent = r->agent ? o->agent : NULL;
+	snprintf(o->woken_call, sizeof(o->woken_call), "%s", r->woken_call ? r->woken_call : "");
+	o->r.woken_call = NULL; /* use the copy: a returned struct's pointers would dangle */
 }
 
 struct release_out genv_release(struct gate_env *e, const char *org, const char *call)

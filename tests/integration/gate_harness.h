@@ -57,6 +57,7 @@ struct release_out {
 	int status;
 	struct gate_release_result r;
 	char campaign[65], agent[65];
+	char woken_call[65]; /* "" when nobody was woken */
 };
 struct release_out genv_release(struct gate_env *e, const char *org, const char *call);
 
