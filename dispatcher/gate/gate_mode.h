@@ -33,9 +33,9 @@ struct gate_mode_ctl;
 
 struct gate_mode_state {
 	enum gate_mode mode;
-	uint64_t epoch;	 /* 0 until the first read */
-	bool usable;	 /* admit now in this mode at this epoch (redis: generation adopted) */
-	bool switching;	 /* a switch to postgres mode is in flight */
+	uint64_t epoch; /* 0 until the first read */
+	bool usable;	/* admit now in this mode at this epoch (redis: generation adopted) */
+	bool switching; /* a switch to postgres mode is in flight */
 };
 
 /* Called after every change of the state (mode, epoch or usable). */
@@ -44,19 +44,19 @@ typedef void (*gate_mode_change_cb)(struct gate_mode_ctl *c, const struct gate_m
 
 struct gate_mode_options {
 	uv_loop_t *loop;
-	struct gate_pg *pg;	    /* borrowed */
-	struct gate *gate;	    /* the worker's Redis gate, borrowed: its generation is set here */
-	uint64_t switch_wait_ms;    /* the switch's wait for the epoch lock (0: 2000) */
-	uint64_t retry_ms;	    /* re-read / retry after a failure (0: 500) */
+	struct gate_pg *pg;	 /* borrowed */
+	struct gate *gate;	 /* the worker's Redis gate, borrowed: its generation is set here */
+	uint64_t switch_wait_ms; /* the switch's wait for the epoch lock (0: 2000) */
+	uint64_t retry_ms;	 /* re-read / retry after a failure (0: 500) */
 	gate_mode_change_cb change_cb; /* may be NULL */
 	void *data;
 };
 
 struct gate_mode_stats {
-	uint64_t switches;  /* switches this controller made (epoch + 1) */
-	uint64_t triggers;  /* failures that asked for a switch */
-	uint64_t adopted;   /* generations adopted without a switch */
-	uint64_t reads;	    /* mode reads completed */
+	uint64_t switches; /* switches this controller made (epoch + 1) */
+	uint64_t triggers; /* failures that asked for a switch */
+	uint64_t adopted;  /* generations adopted without a switch */
+	uint64_t reads;	   /* mode reads completed */
 };
 
 /* Creates the controller (nothing is sent until gate_mode_start()). *out is owned by the caller

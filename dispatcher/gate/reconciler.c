@@ -14,7 +14,7 @@
 #include <string.h>
 
 #define RLOG(level, org_, ...)                                                                     \
-	LOG_AT(level, LOG_GATE, (&(const struct log_ids){ .org = (org_) }),                          \
+	LOG_AT(level, LOG_GATE, (&(const struct log_ids){ .org = (org_) }),                        \
 	       "reconciler: " __VA_ARGS__)
 #define CHUNK	    GATE_PG_WRITE_MAX
 #define GATE_ID_MAX 64
@@ -107,8 +107,8 @@ int reconciler_new(const struct reconciler_options *opts, struct reconciler **ou
 	struct reconciler *r;
 	int rc;
 
-	if (!opts || !out || !opts->loop || !opts->pool || !opts->pg || !opts->conn ||
-	    !opts->reg || !opts->owner || !opts->owner[0] || strlen(opts->owner) > GATE_ID_MAX ||
+	if (!opts || !out || !opts->loop || !opts->pool || !opts->pg || !opts->conn || !opts->reg ||
+	    !opts->owner || !opts->owner[0] || strlen(opts->owner) > GATE_ID_MAX ||
 	    opts->period_ms > RECONCILER_PERIOD_MAX_MS)
 		return -EINVAL;
 	r = calloc(1, sizeof(*r));
@@ -488,9 +488,9 @@ static void begin_cb(struct gate_pg_rebuild *rb, int status, const struct gate_p
 		return;
 	}
 	for (uint32_t i = 0; i < n; i++)
-		r->lives[i] = (struct live){ calls[i].org,
-					     { calls[i].call, calls[i].campaign, calls[i].agent,
-					       0 } };
+		r->lives[i] =
+			(struct live){ calls[i].org,
+				       { calls[i].call, calls[i].campaign, calls[i].agent, 0 } };
 	qsort(r->lives, n, sizeof(*r->lives), live_cmp);
 	rc = redis_conn_command_argv(r->o.conn, time_cb, r, 1, argv, NULL);
 	if (rc) {
@@ -545,7 +545,8 @@ static void switched_cb(struct gate_pg *pg, int status, const struct gate_pg_swi
 
 	(void)pg;
 	if (!status && res->switched)
-		RLOG(LOG_WARN, NULL, "Redis state lost: fleet switched to postgres mode, epoch %" PRIu64,
+		RLOG(LOG_WARN, NULL,
+		     "Redis state lost: fleet switched to postgres mode, epoch %" PRIu64,
 		     res->now.epoch);
 	run_end(r, status ? status : GATE_ELOST);
 }
@@ -601,8 +602,8 @@ static void fence_cb(struct gate_pg *pg, int status, const bool *written, uint32
 
 	(void)pg;
 	if (status) {
-		RLOG(LOG_WARN, r->org_ids[r->org_i], "fence failed (%s): orphans kept until next run",
-		     dsp_strerror(status));
+		RLOG(LOG_WARN, r->org_ids[r->org_i],
+		     "fence failed (%s): orphans kept until next run", dsp_strerror(status));
 	} else {
 		for (uint32_t i = 0; i < n; i++) {
 			if (written[i]) {
@@ -654,8 +655,10 @@ static void apply_plan(struct reconciler *r)
 	r->stats.released += sum.count[RECONCILE_RELEASE];
 	for (uint32_t i = 0; i < r->n_pc; i++)
 		if (r->pc[i].action == RECONCILE_ADD)
-			RLOG(LOG_ERROR, org, "live call %s has no slot record (not added: no add-slot"
-			     " script yet; the Redis counts miss it)", r->pc[i].call);
+			RLOG(LOG_ERROR, org,
+			     "live call %s has no slot record (not added: no add-slot"
+			     " script yet; the Redis counts miss it)",
+			     r->pc[i].call);
 	r->fence_ids = calloc(r->n_ps + 1, sizeof(*r->fence_ids));
 	r->fence_orgs = calloc(r->n_ps + 1, sizeof(*r->fence_orgs));
 	if (!r->fence_ids || !r->fence_orgs) {

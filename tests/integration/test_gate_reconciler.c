@@ -259,7 +259,8 @@ static void way_back(void **state)
 	env_open(&e, 2000);
 	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
 	epoch = gp_epoch(admin);
-	gp_sql(admin, "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
 	epoch++;
 	gp_sql(admin, "INSERT INTO fair_share_installs (org_id, version, expires_at)"
 		      " VALUES ('ra', 5, now() + interval '1 hour')"
@@ -278,7 +279,8 @@ static void way_back(void **state)
 	assert_int_equal(rec_run(&e), 0);
 	assert_int_equal(gp_epoch(admin), epoch + 1);
 	assert_int_equal(gp_int(admin, "SELECT count(*) FROM system_settings"
-				       " WHERE gate_mode = 'redis'"), 1);
+				       " WHERE gate_mode = 'redis'"),
+			 1);
 	wait_mode(&e, GATE_MODE_REDIS, epoch + 1);
 	assert_records_equal_rows(&e, "ra");
 	assert_records_equal_rows(&e, "rb");
@@ -325,7 +327,8 @@ static void periodic_pass(void **state)
 	reset();
 	env_open(&e, 1500);
 	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
-	gp_sql(admin, "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
 	epoch = gp_epoch(admin);
 	gate_mode_pg_up(e.ctl);
 	wait_mode(&e, GATE_MODE_POSTGRES, epoch);
@@ -403,7 +406,8 @@ static void controller_switches(void **state)
 	reset();
 	env_open(&e, 2000);
 	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
-	gp_sql(admin, "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
 	epoch = gp_epoch(admin);
 	gate_mode_pg_up(e.ctl);
 	wait_mode(&e, GATE_MODE_POSTGRES, epoch);
