@@ -1,0 +1,325 @@
+/* The gate mode controller: follows the mode and epoch, switches to postgres mode when Redis
+ * fails, adopts the generation in redis mode. See gate_mode.h. */
+#include "gate_mode.h"
+
+#include "error.h"
+#include "gate_recon.h"
+#include "log.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MLOG(level, ...) LOG_AT(level, LOG_GATE, NULL, "gate mode: " __VA_ARGS__)
+
+struct gate_mode_ctl {
+	struct gate_mode_options o;
+	struct gate_mode_state s;
+	struct gate_mode_stats stats;
+	uv_timer_t timer;
+	unsigned pending; /* requests in flight */
+	bool started, closing, timer_closed;
+	bool want_switch; /* a switch asked for at s.epoch */
+	bool reading;	  /* a mode read in flight */
+	bool gen_reading; /* a generation read in flight */
+};
+
+static void evaluate(struct gate_mode_ctl *c);
+
+static void maybe_free(struct gate_mode_ctl *c)
+{
+	if (c->closing && c->timer_closed && c->pending == 0)
+		free(c);
+}
+
+/* Returns true when c is closing (the caller's request is done, and c may be gone). */
+static bool req_done(struct gate_mode_ctl *c)
+{
+	c->pending--;
+	if (!c->closing)
+		return false;
+	maybe_free(c);
+	return true;
+}
+
+static void changed(struct gate_mode_ctl *c, struct gate_mode_state old)
+{
+	if (memcmp(&old, &c->s, sizeof(old)) != 0 && c->o.change_cb)
+		c->o.change_cb(c, &c->s, c->o.data);
+}
+
+/* A new mode and epoch (from a read, a switch or a NOTIFY): redis needs its generation. */
+static void set_mode(struct gate_mode_ctl *c, struct gate_pg_mode m)
+{
+	struct gate_mode_state old = c->s;
+
+	if (m.epoch < c->s.epoch || (m.epoch == c->s.epoch && m.mode == c->s.mode))
+		return;
+	if (m.epoch != c->s.epoch)
+		c->want_switch = false;
+	c->s.mode = m.mode;
+	c->s.epoch = m.epoch;
+	c->s.usable = m.mode == GATE_MODE_POSTGRES;
+	MLOG(LOG_INFO, "%s mode at epoch %" PRIu64, gate_mode_name(m.mode), m.epoch);
+	changed(c, old);
+	evaluate(c);
+}
+
+static void retry_cb(uv_timer_t *t)
+{
+	evaluate(t->data);
+}
+
+static void retry_later(struct gate_mode_ctl *c)
+{
+	if (!c->closing)
+		uv_timer_start(&c->timer, retry_cb, c->o.retry_ms, 0);
+}
+
+static void read_cb(struct gate_pg *pg, int status, const struct gate_pg_switch_result *r,
+		    void *data)
+{
+	struct gate_mode_ctl *c = data;
+
+	(void)pg;
+	c->reading = false;
+	if (req_done(c))
+		return;
+	if (status) {
+		retry_later(c);
+		return;
+	}
+	c->stats.reads++;
+	set_mode(c, r->now);
+}
+
+static void read_mode(struct gate_mode_ctl *c)
+{
+	if (c->reading)
+		return;
+	if (gate_pg_read_mode(c->o.pg, read_cb, c)) {
+		retry_later(c);
+		return;
+	}
+	c->reading = true;
+	c->pending++;
+}
+
+static void switch_cb(struct gate_pg *pg, int status, const struct gate_pg_switch_result *r,
+		      void *data)
+{
+	struct gate_mode_ctl *c = data;
+	struct gate_mode_state old = c->s;
+
+	(void)pg;
+	c->s.switching = false;
+	if (req_done(c))
+		return;
+	if (status) {
+		MLOG(LOG_WARN, "switch to postgres mode failed (%s): retrying",
+		     dsp_strerror(status));
+		changed(c, old);
+		retry_later(c);
+		return;
+	}
+	if (r->switched) {
+		c->stats.switches++;
+		MLOG(LOG_WARN, "switched the fleet to postgres mode (epoch %" PRIu64 ")",
+		     r->now.epoch);
+	}
+	changed(c, old);
+	set_mode(c, r->now);
+	evaluate(c);
+}
+
+static void gen_cb(int status, const char *gen, size_t len, void *data)
+{
+	struct gate_mode_ctl *c = data;
+	struct gate_mode_state old = c->s;
+	char want[32], buf[GATE_GEN_MAX + 1];
+	int n;
+
+	c->gen_reading = false;
+	if (req_done(c))
+		return;
+	if (c->s.mode != GATE_MODE_REDIS || c->s.usable)
+		return;
+	if (status) {
+		/* Redis unreachable in redis mode: the switch rule. */
+		c->want_switch = true;
+		c->stats.triggers++;
+		evaluate(c);
+		return;
+	}
+	n = snprintf(want, sizeof(want), "e%" PRIu64 ".", c->s.epoch);
+	if (!gen || len > GATE_GEN_MAX || len < (size_t)n || memcmp(gen, want, (size_t)n) != 0) {
+		/* Not built for this epoch: the state this epoch was built under is gone. */
+		MLOG(LOG_WARN, "generation %.*s is not epoch %" PRIu64 "'s: state lost",
+		     gen ? (int)len : 6, gen ? gen : "(none)", c->s.epoch);
+		c->want_switch = true;
+		c->stats.triggers++;
+		evaluate(c);
+		return;
+	}
+	memcpy(buf, gen, len);
+	buf[len] = '\0';
+	gate_set_generation(c->o.gate, buf);
+	c->stats.adopted++;
+	c->s.usable = true;
+	changed(c, old);
+}
+
+static void read_gen(struct gate_mode_ctl *c)
+{
+	if (c->gen_reading)
+		return;
+	if (gate_read_generation(c->o.gate, gen_cb, c)) {
+		c->want_switch = true; /* connection down */
+		c->stats.triggers++;
+		evaluate(c);
+		return;
+	}
+	c->gen_reading = true;
+	c->pending++;
+}
+
+/* What to do now: switch, adopt the generation, or nothing. */
+static void evaluate(struct gate_mode_ctl *c)
+{
+	struct gate_mode_state old = c->s;
+
+	if (c->closing || !c->started || c->s.switching)
+		return;
+	if (c->s.epoch == 0) {
+		read_mode(c);
+		return;
+	}
+	if (c->s.mode != GATE_MODE_REDIS)
+		return;
+	if (c->want_switch) {
+		if (gate_pg_switch_to_postgres(c->o.pg, c->s.epoch, c->o.switch_wait_ms, switch_cb,
+					       c)) {
+			retry_later(c);
+			return;
+		}
+		c->pending++;
+		c->s.switching = true;
+		c->s.usable = false;
+		changed(c, old);
+		return;
+	}
+	if (!c->s.usable)
+		read_gen(c);
+}
+
+int gate_mode_new(const struct gate_mode_options *o, struct gate_mode_ctl **out)
+{
+	struct gate_mode_ctl *c;
+
+	if (!o || !out || !o->loop || !o->pg || !o->gate)
+		return -EINVAL;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->o = *o;
+	if (!c->o.switch_wait_ms)
+		c->o.switch_wait_ms = GATE_PG_WRITE_DEADLINE_MS;
+	if (!c->o.retry_ms)
+		c->o.retry_ms = 500;
+	uv_timer_init(o->loop, &c->timer);
+	c->timer.data = c;
+	*out = c;
+	return 0;
+}
+
+int gate_mode_start(struct gate_mode_ctl *c)
+{
+	if (c->started || c->closing)
+		return -EBUSY;
+	c->started = true;
+	read_mode(c);
+	return 0;
+}
+
+void gate_mode_get(const struct gate_mode_ctl *c, struct gate_mode_state *out)
+{
+	*out = c->s;
+}
+
+void gate_mode_get_stats(const struct gate_mode_ctl *c, struct gate_mode_stats *out)
+{
+	*out = c->stats;
+}
+
+/* Redis failed the worker at epoch: switch if that is still the redis epoch. */
+static void trigger(struct gate_mode_ctl *c, uint64_t epoch, const char *why)
+{
+	if (c->s.mode != GATE_MODE_REDIS || epoch != c->s.epoch || c->want_switch)
+		return;
+	MLOG(LOG_WARN, "%s in redis mode at epoch %" PRIu64, why, epoch);
+	c->want_switch = true;
+	c->stats.triggers++;
+	evaluate(c);
+}
+
+void gate_mode_redis_event(struct gate_mode_ctl *c, const struct redis_conn_event *ev)
+{
+	if (c->closing)
+		return;
+	if (ev->type == REDIS_CONN_DOWN) {
+		trigger(c, c->s.epoch, "Redis connection down");
+	} else if (ev->type == REDIS_CONN_UP && ev->new_server) {
+		trigger(c, c->s.epoch, "Redis up on a new server (run_id)");
+	} else if (ev->type == REDIS_CONN_UP && c->s.mode == GATE_MODE_REDIS && !c->s.usable) {
+		evaluate(c);
+	}
+}
+
+void gate_mode_report(struct gate_mode_ctl *c, uint64_t epoch, int status)
+{
+	struct gate_mode_state old = c->s;
+
+	if (c->closing)
+		return;
+	if (status == -ETIMEDOUT || status == -ENOTCONN || status == -ECONNRESET) {
+		trigger(c, epoch, "Redis unreachable");
+	} else if (status == GATE_ELOST && c->s.mode == GATE_MODE_REDIS && epoch == c->s.epoch &&
+		   c->s.usable) {
+		/* Adopt a newer generation of this epoch, or switch (gen_cb decides). */
+		c->s.usable = false;
+		changed(c, old);
+		read_gen(c);
+	}
+}
+
+void gate_mode_notify(struct gate_mode_ctl *c, const char *payload)
+{
+	struct gate_pg_mode m;
+
+	if (c->closing || !payload || gate_pg_parse_mode(payload, &m))
+		return;
+	set_mode(c, m);
+}
+
+void gate_mode_pg_up(struct gate_mode_ctl *c)
+{
+	if (!c->closing && c->started)
+		read_mode(c);
+}
+
+static void timer_closed_cb(uv_handle_t *h)
+{
+	struct gate_mode_ctl *c = h->data;
+
+	c->timer_closed = true;
+	maybe_free(c);
+}
+
+void gate_mode_close(struct gate_mode_ctl *c)
+{
+	if (!c)
+		return;
+	c->closing = true;
+	uv_close((uv_handle_t *)&c->timer, timer_closed_cb);
+}

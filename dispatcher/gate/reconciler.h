@@ -1,0 +1,97 @@
+/* The reconciler job (SPEC C11): the way back from postgres mode to redis mode, and the periodic
+ * correction of the Redis slot records against PostgreSQL's live calls in redis mode.
+ *
+ * One reconciler works at a time, elected by the leases row 'reconciler' (compare-and-set on
+ * PostgreSQL's clock; the lease's version is the fencing version gate_pg_rebuild_begin()
+ * checks). Each run (every period_ms, default 5 s, at most 10 s):
+ *
+ *  - postgres mode, Redis connection up: the rebuild. It reads the limits and the last floors
+ *    (system_settings, organisations, campaigns, fair_share_installs/_floors), then
+ *    gate_pg_rebuild_begin() (the epoch lock exclusively: the fleet's writes and admissions
+ *    wait), draws a generation G = reconcile_generation(epoch + 1, random), runs
+ *    gate_system_init() under G, then per organisation gate_org_rebuild() from its live calls,
+ *    gate_install_limits() and gate_install_floors() (the last floors, when unexpired), all
+ *    pipelined on one connection, and commits with gate_pg_rebuild_finish() (mode redis,
+ *    epoch + 1). Any failure rolls back: the fleet stays in postgres mode and the next run
+ *    tries again.
+ *  - redis mode: per organisation, the three reads of core/reconcile.h (live calls, slot
+ *    records with Redis time, the rows of every id seen), reconcile_plan(), and its actions:
+ *    RELEASE → gate_release(); FENCE → gate_pg_fence() and gate_release() of those fenced;
+ *    ADD is counted and logged at error (no targeted add-slot script yet). A GATE_ELOST answer
+ *    switches the fleet to postgres mode (gate_pg_switch_to_postgres() at the epoch read).
+ *
+ * Connections (all borrowed; they must outlive the reconciler): a pool on which
+ * reconciler_new() prepares its statements (so before pg_pool_start()), the gate_pg on that
+ * pool, and a Redis connection whose registry holds gate_scripts_register() and
+ * gate_recon_scripts_register(). The reconciler makes its own struct gate on that connection
+ * (its generation is its own, so the worker's gate never runs under a G being built).
+ */
+#ifndef DSP_GATE_RECONCILER_H
+#define DSP_GATE_RECONCILER_H
+
+#include "gate.h"
+#include "gate_pg.h"
+
+#include <uv.h>
+
+#define RECONCILER_PERIOD_MS	   5000u  /* default period */
+#define RECONCILER_PERIOD_MAX_MS   10000u /* SPEC C11: at most 10 s */
+#define RECONCILER_MARGIN_MS	   1000u  /* default margin over the write deadline */
+#define RECONCILER_REBUILD_TIMEOUT 10000u /* default bound of the way back (the fleet waits) */
+
+struct reconciler;
+
+struct reconciler_options {
+	uv_loop_t *loop;
+	struct pg_pool *pool;		 /* borrowed; not started yet */
+	struct gate_pg *pg;		 /* borrowed, on pool */
+	struct redis_conn *conn;	 /* borrowed */
+	const struct redis_scripts *reg; /* borrowed: conn's registry */
+	const char *owner;		 /* lease owner id, copied (1..64 bytes) */
+	uint64_t period_ms;		 /* 0: RECONCILER_PERIOD_MS; 1..RECONCILER_PERIOD_MAX_MS */
+	uint64_t write_deadline_ms;	 /* the fleet's call-row write deadline (0: 2000) */
+	uint64_t margin_ms;		 /* orphan age = deadline + margin (0: 1000) */
+	uint64_t rebuild_timeout_ms;	 /* 0: RECONCILER_REBUILD_TIMEOUT */
+};
+
+/* Counters since reconciler_new() (/metrics reads them). Corrections are released + fenced +
+ * missing. */
+struct reconciler_stats {
+	uint64_t runs;		   /* runs that held the lease */
+	uint64_t not_leader;	   /* runs that found the lease held by another owner */
+	uint64_t failures;	   /* runs ended by an error (logged) */
+	uint64_t rebuilds;	   /* ways back committed (mode redis) */
+	uint64_t rebuild_failures; /* ways back rolled back or refused */
+	uint64_t passes;	   /* periodic passes completed over every org */
+	uint64_t released;	   /* RELEASE: slots of ended rows released */
+	uint64_t fenced;	   /* FENCE: orphans fenced and released */
+	uint64_t fence_found;	   /* FENCE: the fence found the row written: slot kept */
+	uint64_t missing;	   /* ADD: live rows without a slot record (logged, not added) */
+	uint64_t young;		   /* YOUNG: records without a row kept (write may be in flight) */
+	uint64_t lost;		   /* GATE_ELOST seen: the fleet switched to postgres mode */
+};
+
+/* status 0: the run completed (whatever it found); otherwise why it stopped. */
+typedef void (*reconciler_done_cb)(struct reconciler *r, int status, void *data);
+
+/* Creates the reconciler and prepares its statements on opts->pool. *out is owned by the caller
+ * (reconciler_close()). Returns 0, -EINVAL (bad options: period out of bounds, no owner...),
+ * -EBUSY (pool already started) or -ENOMEM. */
+int reconciler_new(const struct reconciler_options *opts, struct reconciler **out);
+
+/* Starts the periodic runs (the first one after one period). Returns 0 or -EBUSY. */
+int reconciler_start(struct reconciler *r);
+
+/* Runs once now (tests, and the daemon after a switch to postgres mode). cb (may be NULL) is
+ * called exactly once when it ends, unless this returns an error: -EBUSY (a run is in
+ * progress) or -ESHUTDOWN. */
+int reconciler_run(struct reconciler *r, reconciler_done_cb cb, void *data);
+
+void reconciler_get_stats(const struct reconciler *r, struct reconciler_stats *out);
+
+/* Stops the timer; frees r once its handle is closed and its run (if any) has ended — close the
+ * pool and the Redis connection too, so that the run's requests are answered -ECANCELED.
+ * closed_cb (may be NULL) is called then. A run's cb is still called. */
+void reconciler_close(struct reconciler *r, void (*closed_cb)(void *data), void *data);
+
+#endif

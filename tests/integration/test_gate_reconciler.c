@@ -1,0 +1,476 @@
+/* The reconciler and the gate mode controller (SPEC C11, issue 8) against a real PostgreSQL and
+ * Redis: the way back rebuilds Redis from the live call rows and sets redis mode; the periodic
+ * pass releases ended rows, keeps young records (a write held on a lock the test holds), fences
+ * old orphans; the controller switches the fleet on a lost state (FLUSHALL) and on Redis stopped,
+ * and adopts the rebuilt generation. Single process; overlaps made certain with locks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "fixture.h"
+#include "gate_harness.h"
+#include "gate_mode.h"
+#include "gate_pg_test.h"
+#include "gate_recon.h"
+#include "reconciler.h"
+
+static struct embedded svc;
+static PGconn *admin, *holder;
+
+struct env {
+	struct gate_env ge; /* loop, registry, connection, the worker's gate */
+	struct pg_pool *pool;
+	struct gate_pg *pg;
+	struct reconciler *rec;
+	struct gate_mode_ctl *ctl;
+	int closed, changes;
+};
+
+static void on_redis_event(struct redis_conn *conn, const struct redis_conn_event *ev, void *data)
+{
+	struct env *e = data;
+
+	(void)conn;
+	if (ev->type == REDIS_CONN_UP)
+		e->ge.ups++;
+	if (e->ctl)
+		gate_mode_redis_event(e->ctl, ev);
+}
+
+static void mode_notify_cb(const char *channel, const char *payload, void *data)
+{
+	struct env *e = data;
+
+	(void)channel;
+	if (e->ctl)
+		gate_mode_notify(e->ctl, payload);
+}
+
+static void change_cb(struct gate_mode_ctl *c, const struct gate_mode_state *s, void *data)
+{
+	(void)c;
+	(void)s;
+	((struct env *)data)->changes++;
+}
+
+static bool env_up(void *arg)
+{
+	struct env *e = arg;
+	return redis_conn_is_up(e->ge.conn) && pg_pool_up_count(e->pool) == pg_pool_size(e->pool);
+}
+
+/* deadline_ms: the reconciler's write deadline (its orphan age is deadline + 200 ms). */
+static void env_open(struct env *e, uint64_t deadline_ms)
+{
+	struct redis_conn_options ro = {
+		.url = svc.redis_url,
+		.name = "rec",
+		.connect_timeout_ms = 10000,
+		.command_timeout_ms = 60000,
+		.reconnect_min_ms = 10,
+		.reconnect_max_ms = 200,
+		.generation_key = GATE_SYS_GEN_KEY,
+		.event_cb = on_redis_event,
+		.data = e,
+	};
+	struct pg_pool_options po = {
+		.conninfo = svc.database_url,
+		.name = "rec",
+		.size = 2,
+		.priority_size = 1,
+		.connect_timeout_ms = 10000,
+		.query_timeout_ms = 120000,
+		.reconnect_min_ms = 20,
+		.reconnect_max_ms = 200,
+	};
+	struct gate_pg_options go = { .fence_lock_ms = 60000 };
+
+	memset(e, 0, sizeof(*e));
+	assert_int_equal(uv_loop_init(&e->ge.loop), 0);
+	assert_int_equal(redis_scripts_new(&e->ge.reg), 0);
+	assert_int_equal(gate_test_scripts_register(e->ge.reg), 0);
+	assert_int_equal(gate_recon_scripts_register(e->ge.reg), 0);
+	ro.scripts = e->ge.reg;
+	assert_int_equal(redis_conn_new(&e->ge.loop, &ro, &e->ge.conn), 0);
+	assert_int_equal(gate_new(e->ge.conn, e->ge.reg, NULL, &e->ge.g), 0);
+	assert_int_equal(pg_pool_new(&e->ge.loop, &po, &e->pool), 0);
+	assert_int_equal(gate_pg_new(e->pool, &go, &e->pg), 0);
+	assert_int_equal(gate_pg_listen(e->pool, NULL, mode_notify_cb, e), 0);
+	struct reconciler_options rop = {
+		.loop = &e->ge.loop,
+		.pool = e->pool,
+		.pg = e->pg,
+		.conn = e->ge.conn,
+		.reg = e->ge.reg,
+		.owner = "rec-test",
+		.period_ms = 1000,
+		.write_deadline_ms = deadline_ms,
+		.margin_ms = 200,
+		.rebuild_timeout_ms = 30000,
+	};
+	assert_int_equal(reconciler_new(&rop, &e->rec), 0);
+	struct gate_mode_options mo = {
+		.loop = &e->ge.loop,
+		.pg = e->pg,
+		.gate = e->ge.g,
+		.retry_ms = 50,
+		.change_cb = change_cb,
+		.data = e,
+	};
+	assert_int_equal(gate_mode_new(&mo, &e->ctl), 0);
+	assert_int_equal(pg_pool_start(e->pool), 0);
+	assert_int_equal(redis_conn_start(e->ge.conn), 0);
+	fixture_run_until(&e->ge.loop, env_up, e, 60000);
+	assert_int_equal(gate_mode_start(e->ctl), 0);
+}
+
+static void closed_cb(void *data)
+{
+	(*(int *)data)++;
+}
+
+static void env_close(struct env *e)
+{
+	gate_mode_close(e->ctl);
+	e->ctl = NULL;
+	reconciler_close(e->rec, closed_cb, &e->closed);
+	pg_pool_close(e->pool, closed_cb, &e->closed);
+	redis_conn_close(e->ge.conn, closed_cb, &e->closed);
+	fixture_run_until_count(&e->ge.loop, &e->closed, 3, 60000);
+	gate_pg_free(e->pg);
+	gate_free(e->ge.g);
+	fixture_loop_close(&e->ge.loop);
+	redis_scripts_free(e->ge.reg);
+}
+
+struct run_probe {
+	int done, status;
+};
+
+static void run_cb(struct reconciler *r, int status, void *data)
+{
+	struct run_probe *p = data;
+
+	(void)r;
+	p->status = status;
+	p->done++;
+}
+
+static int rec_run(struct env *e)
+{
+	struct run_probe p = { 0 };
+
+	assert_int_equal(reconciler_run(e->rec, run_cb, &p), 0);
+	fixture_run_until_count(&e->ge.loop, &p.done, 1, 60000);
+	return p.status;
+}
+
+struct mode_want {
+	struct env *e;
+	enum gate_mode mode;
+	long long epoch;
+};
+
+static bool mode_is(void *arg)
+{
+	struct mode_want *w = arg;
+	struct gate_mode_state s;
+
+	gate_mode_get(w->e->ctl, &s);
+	return s.mode == w->mode && (long long)s.epoch == w->epoch && s.usable && !s.switching;
+}
+
+/* Runs the loop until the controller is usable in mode at epoch. */
+static void wait_mode(struct env *e, enum gate_mode mode, long long epoch)
+{
+	struct mode_want w = { e, mode, epoch };
+	fixture_run_until(&e->ge.loop, mode_is, &w, 60000);
+}
+
+/* A live call row of org's campaign i (agent <org>_a<i>), written as if admitted at epoch. */
+static void insert_call(const char *call, const char *org, int i, const char *state)
+{
+	gp_sql(admin,
+	       "INSERT INTO calls (id, org_id, campaign_id, agent_id, to_number, state, gate_mode,"
+	       " gate_epoch, ended_at) SELECT '%s', '%s', '%s_c%d', '%s_a%d', '+14155550100',"
+	       " '%s', gate_mode, gate_epoch, CASE WHEN '%s' = 'ended' THEN now() END"
+	       " FROM system_settings",
+	       call, org, org, i, org, i, state, state);
+}
+
+static long long slot_count(struct env *e, const char *org)
+{
+	char key[128];
+
+	gate_org_key(org, "slots", key, sizeof(key));
+	return genv_cmd(&e->ge, NULL, 0, "HLEN", key, NULL);
+}
+
+static bool slot_exists(struct env *e, const char *org, const char *call)
+{
+	char key[128];
+
+	gate_org_key(org, "slots", key, sizeof(key));
+	return genv_cmd(&e->ge, NULL, 0, "HEXISTS", key, call, NULL) == 1;
+}
+
+/* Every live call row of org has its slot record and there is no other record. */
+static void assert_records_equal_rows(struct env *e, const char *org)
+{
+	PGresult *res;
+	char sql[256];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT id::text FROM calls WHERE org_id = '%s'"
+		 " AND state IN ('dialing', 'live', 'unknown')",
+		 org);
+	res = fixture_sql(admin, sql);
+	assert_int_equal(slot_count(e, org), PQntuples(res));
+	for (int i = 0; i < PQntuples(res); i++)
+		assert_true(slot_exists(e, org, PQgetvalue(res, i, 0)));
+	PQclear(res);
+}
+
+static void reset(void)
+{
+	gp_sql(admin, "DELETE FROM calls");
+	gp_sql(admin, "DELETE FROM gate_fences");
+	gp_sql(admin, "UPDATE leases SET owner = NULL, lease_until = '-infinity'"
+		      " WHERE name = 'reconciler'");
+	gp_sql(admin, "UPDATE contacts SET state = 'claimed'");
+}
+
+/* Postgres mode with live calls in PostgreSQL and an empty Redis → the reconciler rebuilds the
+ * records, counts, limits, floors and generation, and sets redis mode epoch + 1; the worker's
+ * controller adopts the generation and admits through Redis again. */
+static void way_back(void **state)
+{
+	struct env e;
+	char id[8][37];
+	long long epoch;
+	struct view_copy v;
+
+	(void)state;
+	reset();
+	env_open(&e, 2000);
+	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+	epoch = gp_epoch(admin);
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
+	epoch++;
+	gp_sql(admin, "INSERT INTO fair_share_installs (org_id, version, expires_at)"
+		      " VALUES ('ra', 5, now() + interval '1 hour')"
+		      " ON CONFLICT (org_id) DO UPDATE SET version = 5,"
+		      " expires_at = now() + interval '1 hour'");
+	gp_sql(admin, "INSERT INTO fair_share_floors (org_id, campaign_id, floor, version)"
+		      " VALUES ('ra', 'ra_c0', 3, 5), ('ra', 'ra_c1', 2, 5)"
+		      " ON CONFLICT (org_id, campaign_id) DO UPDATE SET floor = excluded.floor");
+	for (unsigned i = 0; i < 5; i++)
+		insert_call(gp_uuid(id[i], 100 + i), "ra", (int)(i % 2), "dialing");
+	insert_call(gp_uuid(id[5], 105), "ra", 0, "ended");
+	insert_call(gp_uuid(id[6], 106), "rb", 0, "live");
+	gate_mode_pg_up(e.ctl);
+	wait_mode(&e, GATE_MODE_POSTGRES, epoch);
+
+	assert_int_equal(rec_run(&e), 0);
+	assert_int_equal(gp_epoch(admin), epoch + 1);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM system_settings"
+				       " WHERE gate_mode = 'redis'"),
+			 1);
+	wait_mode(&e, GATE_MODE_REDIS, epoch + 1);
+	assert_records_equal_rows(&e, "ra");
+	assert_records_equal_rows(&e, "rb");
+	assert_int_equal(genv_read(&e.ge, "ra", &v), 0);
+	assert_int_equal(v.v.org_running, 5);
+	assert_int_equal(v.v.org_limit, 6);
+	assert_int_equal(v.v.system_running, 6);
+	assert_int_equal(v.v.system_limit, 1000);
+	assert_int_equal(view_running(&v, "ra_c0"), 3);
+	assert_int_equal(view_floor(&v, "ra_c0"), 3);
+	assert_int_equal(view_floor(&v, "ra_c1"), 2);
+	assert_true(v.v.floors_valid);
+	/* The worker admits in Redis again: one line left of org_limit 6. */
+	struct admit_out a = genv_admit(&e.ge, "ra", gp_uuid(id[7], 107), "ra_c1");
+	assert_int_equal(a.status, 0);
+	assert_int_equal(a.r.outcome, GATE_ADMITTED);
+	a = genv_admit(&e.ge, "ra", gp_uuid(id[7], 108), "ra_c1 ra_c0");
+	assert_int_equal(a.status, 0);
+	assert_int_equal(a.r.outcome, GATE_REFUSED);
+	/* In redis mode, a run is a periodic pass: nothing to correct but the young record. */
+	assert_int_equal(rec_run(&e), 0);
+	struct reconciler_stats st;
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.rebuilds, 1);
+	assert_int_equal(st.young, 1);
+	assert_int_equal(st.released + st.fenced + st.missing, 0);
+	env_close(&e);
+}
+
+static struct gp_write wr;
+
+/* Redis mode: a record whose row ended is released; a record without a row whose write is held
+ * on a lock the test holds is young and survives, and its write fails at its deadline and
+ * releases; an old record without a row is fenced and released, and its late write is FENCED; a
+ * live row without a record is counted missing. */
+static void periodic_pass(void **state)
+{
+	struct env e;
+	char id[6][37], camp[16] = "ra_c0", agent[16] = "ra_a0";
+	struct reconciler_stats st;
+	long long epoch;
+
+	(void)state;
+	reset();
+	env_open(&e, 1500);
+	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
+	epoch = gp_epoch(admin);
+	gate_mode_pg_up(e.ctl);
+	wait_mode(&e, GATE_MODE_POSTGRES, epoch);
+	assert_int_equal(rec_run(&e), 0);
+	epoch++;
+	wait_mode(&e, GATE_MODE_REDIS, epoch);
+
+	/* id0: admitted, row written, then ended without a release (a lost release). */
+	assert_int_equal(genv_admit(&e.ge, "ra", gp_uuid(id[0], 200), "ra_c0").r.outcome,
+			 GATE_ADMITTED);
+	insert_call(id[0], "ra", 0, "ended");
+	/* id1: admitted; its write will be held on the contact's row lock. */
+	long long contact = gp_contact(admin, "ra", 0, 0);
+	assert_int_equal(genv_admit(&e.ge, "ra", gp_uuid(id[1], 201), "ra_c0").r.outcome,
+			 GATE_ADMITTED);
+	/* id2: a live row with no record (a lost slot). */
+	insert_call(gp_uuid(id[2], 202), "ra", 1, "dialing");
+	gp_sql(holder, "BEGIN");
+	gp_sql(holder, "SELECT 1 FROM contacts WHERE id = %lld FOR UPDATE", contact);
+	struct gate_pg_call c = gp_call(id[1], "ra", camp, agent, contact);
+	memset(&wr, 0, sizeof(wr));
+	assert_int_equal(gate_pg_write(e.pg, GATE_MODE_REDIS, (uint64_t)epoch, 1000, &c, 1,
+				       gp_write_cb, &wr),
+			 0);
+	gp_wait_for(&e.ge.loop, admin, "transactionid", 1);
+	/* The reconciler runs while the write waits: id1 is young and kept. */
+	assert_int_equal(rec_run(&e), 0);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.released, 1);
+	assert_int_equal(st.young, 1);
+	assert_int_equal(st.missing, 1);
+	assert_int_equal(st.fenced, 0);
+	assert_false(slot_exists(&e, "ra", id[0]));
+	assert_true(slot_exists(&e, "ra", id[1]));
+	/* The write passes its deadline: cancelled by the server, it releases. */
+	fixture_run_until_count(&e.ge.loop, &wr.calls, 1, 60000);
+	gp_sql(holder, "ROLLBACK");
+	assert_int_equal(wr.out[0], GATE_PG_DEADLINE);
+	assert_true(gate_pg_outcome_releases(wr.out[0]));
+	assert_int_equal(genv_release(&e.ge, "ra", id[1]).r.outcome, GATE_FREED);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE id = '%s'", id[1]), 0);
+
+	/* id3: admitted, no row ever; once older than deadline + margin it is fenced. */
+	assert_int_equal(genv_admit(&e.ge, "ra", gp_uuid(id[3], 203), "ra_c0").r.outcome,
+			 GATE_ADMITTED);
+	fixture_sleep_ms(1900); /* the orphan rule's age, not a race */
+	assert_int_equal(rec_run(&e), 0);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.fenced, 1);
+	assert_false(slot_exists(&e, "ra", id[3]));
+	c = gp_call(id[3], "ra", camp, agent, gp_contact(admin, "ra", 0, 1));
+	memset(&wr, 0, sizeof(wr));
+	assert_int_equal(gate_pg_write(e.pg, GATE_MODE_REDIS, (uint64_t)epoch, 2000, &c, 1,
+				       gp_write_cb, &wr),
+			 0);
+	fixture_run_until_count(&e.ge.loop, &wr.calls, 1, 60000);
+	assert_int_equal(wr.out[0], GATE_PG_FENCED);
+	struct view_copy v;
+	assert_int_equal(genv_read(&e.ge, "ra", &v), 0);
+	assert_int_equal(v.v.org_running, 0);
+	env_close(&e);
+}
+
+/* The controller: a FLUSHALL makes the worker's admission GATE_ELOST → the fleet switches to
+ * postgres mode once; the reconciler rebuilds → redis mode; Redis stopped → the connection's
+ * down event switches again; restarted → rebuilt → redis mode; records equal the rows. */
+static void controller_switches(void **state)
+{
+	struct env e;
+	char id[4][37];
+	struct gate_mode_stats ms;
+	long long epoch;
+
+	(void)state;
+	reset();
+	env_open(&e, 2000);
+	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
+	epoch = gp_epoch(admin);
+	gate_mode_pg_up(e.ctl);
+	wait_mode(&e, GATE_MODE_POSTGRES, epoch);
+	insert_call(gp_uuid(id[0], 300), "ra", 0, "dialing");
+	assert_int_equal(rec_run(&e), 0);
+	wait_mode(&e, GATE_MODE_REDIS, ++epoch);
+
+	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+	struct admit_out a = genv_admit(&e.ge, "ra", gp_uuid(id[1], 301), "ra_c0");
+	assert_int_equal(a.status, GATE_ELOST);
+	gate_mode_report(e.ctl, (uint64_t)epoch, a.status);
+	gate_mode_report(e.ctl, (uint64_t)epoch, a.status); /* a second report changes nothing */
+	wait_mode(&e, GATE_MODE_POSTGRES, ++epoch);
+	assert_int_equal(gp_epoch(admin), epoch);
+	insert_call(gp_uuid(id[2], 302), "ra", 1, "dialing");
+	assert_int_equal(rec_run(&e), 0);
+	wait_mode(&e, GATE_MODE_REDIS, ++epoch);
+	assert_records_equal_rows(&e, "ra");
+
+	assert_int_equal(embedded_redis_stop(&svc), 0);
+	wait_mode(&e, GATE_MODE_POSTGRES, ++epoch);
+	assert_int_equal(rec_run(&e), 0); /* Redis down: nothing to do */
+	assert_int_equal(gp_epoch(admin), epoch);
+	assert_int_equal(embedded_redis_start(&svc), 0);
+	int ups = e.ge.ups;
+	fixture_run_until_count(&e.ge.loop, &e.ge.ups, ups + 1, 60000);
+	insert_call(gp_uuid(id[3], 303), "ra", 0, "dialing");
+	assert_int_equal(rec_run(&e), 0);
+	wait_mode(&e, GATE_MODE_REDIS, ++epoch);
+	assert_records_equal_rows(&e, "ra");
+	gate_mode_get_stats(e.ctl, &ms);
+	assert_int_equal(ms.switches, 2);
+	env_close(&e);
+}
+
+static int setup(void **state)
+{
+	static const char *const agents[] = { "a0", "a1" };
+
+	(void)state;
+	fixture_start(&svc, true, true, false, true);
+	admin = fixture_pg(&svc);
+	holder = fixture_pg(&svc);
+	gp_seed_org(admin, "ra", 6, 0, 2, agents, NULL, 10);
+	gp_seed_org(admin, "rb", 20, 0, 1, agents, NULL, 10);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	PQfinish(holder);
+	PQfinish(admin);
+	embedded_stop(&svc);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(way_back),
+		cmocka_unit_test(periodic_pass),
+		cmocka_unit_test(controller_switches),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
