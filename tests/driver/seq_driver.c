@@ -96,8 +96,9 @@ static void model_admit(struct seq_backend *b, const struct seq_org *org, const 
 
 	memset(out, 0, sizeof(*out));
 	for (uint32_t i = 0; i < (n ? n : 1); i++) {
-		struct fairshare_slot s = n ? (struct fairshare_slot){ cands[i], m->gc[cands[i]].agent }
-					    : (struct fairshare_slot){ direct, agent };
+		struct fairshare_slot s =
+			n ? (struct fairshare_slot){ cands[i], m->gc[cands[i]].agent }
+			  : (struct fairshare_slot){ direct, agent };
 		struct fairshare_decision d;
 
 		assert_int_equal(fairshare_gate_try(&m->g, &m->sys, &s, m->now, &d), 0);
@@ -178,7 +179,8 @@ struct seq_backend *seq_model_backend(struct seq_model *m)
 
 /* ---- the run: every operation on every backend, answers compared ---- */
 
-static void runf(const struct seq_run *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void runf(const struct seq_run *r, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 static void runf(const struct seq_run *r, const char *fmt, ...)
 {
 	char buf[512];
@@ -214,8 +216,7 @@ void seq_set_clock(struct seq_run *r, uint64_t now_ms)
 		r->b[i]->set_clock(r->b[i], now_ms);
 }
 
-int seq_install_floors(struct seq_run *r, uint64_t version, const uint32_t *floors,
-		       uint64_t ttl_ms)
+int seq_install_floors(struct seq_run *r, uint64_t version, const uint32_t *floors, uint64_t ttl_ms)
 {
 	int rc = 0;
 
@@ -227,6 +228,7 @@ int seq_install_floors(struct seq_run *r, uint64_t version, const uint32_t *floo
 			     r->b[0]->name, rc, r->b[i]->name, got);
 		rc = got;
 	}
+	r->seen_stale += rc == -ESTALE;
 	if (rc == 0) {
 		r->floors_version = version;
 		r->floors_expire = r->now + ttl_ms;
@@ -268,6 +270,10 @@ int seq_admit(struct seq_run *r, const uint32_t *cands, uint32_t n, uint32_t age
 			runf(r, "admit %s: %s {%s}, %s {%s}", call, r->b[0]->name,
 			     decisions_str(out, b1, sizeof(b1)), r->b[i]->name,
 			     decisions_str(&d, b2, sizeof(b2)));
+	}
+	for (uint32_t i = 0; i < out->n; i++) {
+		r->seen[out->d[i].level][out->d[i].reason & 7]++;
+		r->seen_fcfs += out->d[i].fcfs;
 	}
 	if (!out->admitted) {
 		if (n == 0 && wait) {
@@ -402,4 +408,19 @@ uint32_t seq_org_agent(struct seq_org *org, const char *name)
 uint32_t seq_agent(struct seq_run *r, const char *name)
 {
 	return seq_org_agent(&r->org, name);
+}
+
+void seq_print_coverage(const struct seq_run *r)
+{
+	print_message("%s: %ld events; decisions", r->label, r->event);
+	for (int l = 0; l < FAIRSHARE_LEVEL_COUNT; l++)
+		for (int k = 0; k < 8; k++)
+			if (r->seen[l][k])
+				print_message(" %s/%s %llu", fairshare_level_name(l),
+					      k > FAIRSHARE_REASON_AGENT_FLOORS
+						      ? "unknown"
+						      : fairshare_reason_name(k),
+					      (unsigned long long)r->seen[l][k]);
+	print_message("; fcfs %llu; stale installs %llu\n", (unsigned long long)r->seen_fcfs,
+		      (unsigned long long)r->seen_stale);
 }

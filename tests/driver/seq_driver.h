@@ -36,11 +36,11 @@ struct seq_org {
 	uint32_t system_running; /* other organisations' calls at the start */
 	uint32_t org_limit, per_agent;
 	bool enforced;
-	uint32_t n;			 /* campaigns */
-	const char *ids[SEQ_MAX_C];	 /* borrowed */
-	uint32_t ceiling[SEQ_MAX_C];	 /* max_concurrent_calls */
-	uint32_t agent_of[SEQ_MAX_C];	 /* the campaign's agent */
-	uint32_t direct;		 /* index of the direct campaign, FAIRSHARE_NO_CAMPAIGN */
+	uint32_t n;		      /* campaigns */
+	const char *ids[SEQ_MAX_C];   /* borrowed */
+	uint32_t ceiling[SEQ_MAX_C];  /* max_concurrent_calls */
+	uint32_t agent_of[SEQ_MAX_C]; /* the campaign's agent */
+	uint32_t direct;	      /* index of the direct campaign, FAIRSHARE_NO_CAMPAIGN */
 	uint32_t n_agents;
 	const char *agent[SEQ_MAX_A]; /* borrowed names, in order of first appearance */
 };
@@ -128,8 +128,12 @@ struct seq_run {
 	char waiting[SEQ_MAX_CALLS][SEQ_CALL_LEN];
 	uint32_t n_waiting;
 	char released[SEQ_CALL_LEN]; /* the last call released (for a duplicate release) */
-	bool quiet;
+	uint64_t seen[FAIRSHARE_LEVEL_COUNT][8]; /* decisions seen, by level and reason */
+	uint64_t seen_fcfs, seen_stale;		 /* fcfs decisions, refused installs */
 };
+
+/* Prints what r's decisions covered (levels, reasons, fcfs, stale installs). */
+void seq_print_coverage(const struct seq_run *r);
 
 /* Starts run r over backends b[0..nb) with org (copied; its strings stay borrowed): each
  * backend is set up and the org's limits installed under version 1. */
@@ -164,7 +168,6 @@ void seq_run_case(struct seq_run *r, const cJSON *c, struct seq_backend **b, uin
 /* Runs events random events of seed over backends b[0..nb) on a fixed org (several
  * campaigns, two sharing a gating agent, one with a ceiling, a direct pseudo-campaign),
  * comparing after every event. */
-void seq_random(struct seq_run *r, uint64_t seed, long events, struct seq_backend **b,
-		uint32_t nb);
+void seq_random(struct seq_run *r, uint64_t seed, long events, struct seq_backend **b, uint32_t nb);
 
 #endif

@@ -143,8 +143,7 @@ static void one_event(struct rnd *x, struct seq_run *r)
 	}
 }
 
-void seq_random(struct seq_run *r, uint64_t seed, long events, struct seq_backend **b,
-		uint32_t nb)
+void seq_random(struct seq_run *r, uint64_t seed, long events, struct seq_backend **b, uint32_t nb)
 {
 	static const char *const ids[N_CAMPAIGNS] = { "A", "B", "C", "D", "E", "direct" };
 	struct seq_org o = {

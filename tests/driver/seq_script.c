@@ -25,7 +25,8 @@ static uint32_t or_zero(uint32_t limit)
 	return limit == FAIRSHARE_UNLIMITED ? 0 : limit;
 }
 
-static void append(char *buf, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t size, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 static void append(char *buf, size_t size, const char *fmt, ...)
 {
 	size_t len = strlen(buf);
@@ -78,8 +79,8 @@ static void script_set_clock(struct seq_backend *b, uint64_t now_ms)
 	assert_int_equal(genv_pin_clock(s->env, s->org, (int64_t)now_ms), 0);
 }
 
-static int script_install_floors(struct seq_backend *b, const struct seq_org *org,
-				 uint64_t version, const uint32_t *floors, uint64_t ttl_ms)
+static int script_install_floors(struct seq_backend *b, const struct seq_org *org, uint64_t version,
+				 const uint32_t *floors, uint64_t ttl_ms)
 {
 	struct seq_script *s = script_of(b);
 	struct gate_install_result res;

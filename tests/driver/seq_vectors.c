@@ -42,7 +42,8 @@ static const char *str_or(const cJSON *obj, const char *key, const char *def)
 	return cJSON_IsString(v) ? v->valuestring : def;
 }
 
-static void vfail(const struct vcase *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void vfail(const struct vcase *q, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 static void vfail(const struct vcase *q, const char *fmt, ...)
 {
 	char buf[256];
@@ -133,8 +134,8 @@ static void do_release(struct vcase *q, const cJSON *step)
 {
 	struct seq_run *r = q->r;
 	uint32_t c = seq_campaign(r, str_or(step, "campaign", NULL));
-	uint32_t a = c == r->org.direct ? seq_agent(r, str_or(step, "agent", NULL))
-					: r->org.agent_of[c];
+	uint32_t a =
+		c == r->org.direct ? seq_agent(r, str_or(step, "agent", NULL)) : r->org.agent_of[c];
 	char call[SEQ_CALL_LEN];
 
 	for (uint32_t i = r->n_held; i-- > 0;)
