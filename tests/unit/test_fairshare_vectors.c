@@ -3,6 +3,7 @@
  * through DSP_SOURCE_ROOT; cJSON allocates through cmocka's test_malloc so leaks fail. */
 #include "fairshare.h"
 #include "fairshare_gate.h"
+#include "seq_driver.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -346,211 +347,15 @@ static void run_refresh(const cJSON *j)
 	}
 }
 
-/* ---- sequences ---- */
-
-struct seq_case {
-	struct fairshare_gate g;
-	struct fairshare_gate_campaign gc[MAX_C];
-	struct fairshare_gate_agent ga[MAX_A];
-	struct fairshare_system sys;
-	const char *ids[MAX_C];
-	uint32_t n;
-	struct names agents;
-	uint64_t now;
-	const char *name;
-	int step;
-};
-
-static uint32_t seq_index(const struct seq_case *q, const char *id)
-{
-	for (uint32_t i = 0; i < q->n; i++)
-		if (id && strcmp(q->ids[i], id) == 0)
-			return i;
-	fail_msg("%s: unknown campaign %s", q->name, id ? id : "(none)");
-	return 0;
-}
-
-static void seq_setup(const cJSON *j, struct seq_case *q)
-{
-	const cJSON *org = cJSON_GetObjectItem(j, "org"), *sys = cJSON_GetObjectItem(j, "system");
-	const cJSON *c;
-	uint32_t direct = FAIRSHARE_NO_CAMPAIGN;
-	struct fairshare_gate_limits lim;
-
-	memset(q, 0, sizeof(*q));
-	q->name = str_or(j, "name", "?");
-	cJSON_ArrayForEach(c, cJSON_GetObjectItem(j, "campaigns"))
-	{
-		assert_true(q->n < MAX_C);
-		q->ids[q->n] = str_or(c, "id", "");
-		q->gc[q->n].ceiling = u32_or(c, "ceiling", FAIRSHARE_UNLIMITED);
-		q->gc[q->n].agent = name_index(&q->agents, str_or(c, "agent", NULL));
-		if (bool_or(c, "direct", false))
-			direct = q->n;
-		q->n++;
-	}
-	lim = (struct fairshare_gate_limits){ u32_or(org, "org_limit", 20),
-					      u32_or(org, "per_agent", FAIRSHARE_UNLIMITED),
-					      bool_or(org, "enforced", true) };
-	q->sys = (struct fairshare_system){ u32_or(sys, "limit", 1000), u32_or(sys, "running", 0) };
-	assert_int_equal(fairshare_gate_init(&q->g, &lim, q->gc, q->n, direct, q->ga, MAX_A), 0);
-}
-
-static int rc_of(const char *s)
-{
-	if (strcmp(s, "stale") == 0)
-		return -ESTALE;
-	if (strcmp(s, "range") == 0)
-		return -ERANGE;
-	assert_string_equal(s, "ok");
-	return 0;
-}
-
-static void want_rc(const struct seq_case *q, const cJSON *step, int got)
-{
-	int want = rc_of(str_or(step, "expect", "ok"));
-
-	if (got != want)
-		fail_msg("%s/step %d: rc want %d, got %d", q->name, q->step, want, got);
-}
-
-static struct fairshare_slot slot_of(struct seq_case *q, const cJSON *step)
-{
-	uint32_t c = seq_index(q, str_or(step, "campaign", NULL));
-	const char *agent = str_or(step, "agent", NULL);
-
-	if (c == q->g.direct)
-		return (struct fairshare_slot){ c, name_index(&q->agents, agent) };
-	return (struct fairshare_slot){ c, q->gc[c].agent };
-}
-
-static void do_install(struct seq_case *q, const cJSON *step)
-{
-	uint32_t floors[MAX_C] = { 0 };
-	const cJSON *f;
-
-	cJSON_ArrayForEach(f, cJSON_GetObjectItem(step, "floors"))
-	{
-		floors[seq_index(q, f->string)] = (uint32_t)f->valuedouble;
-	}
-	want_rc(q, step,
-		fairshare_gate_install(&q->g, u32_or(step, "version", 0), floors, q->n, q->now,
-				       u32_or(step, "ttl_ms", 10000)));
-}
-
-static void do_admit(struct seq_case *q, const cJSON *step)
-{
-	struct fairshare_slot slot = slot_of(q, step);
-	struct fairshare_decision d;
-	const cJSON *e = cJSON_GetObjectItem(step, "expect"), *v;
-	char where[128];
-
-	snprintf(where, sizeof(where), "%s/step %d (%s)", q->name, q->step, q->ids[slot.campaign]);
-	assert_int_equal(fairshare_gate_try(&q->g, &q->sys, &slot, q->now, &d), 0);
-	v = cJSON_GetObjectItem(e, "admitted");
-	if (v && cJSON_IsTrue(v) != d.admitted)
-		fail_msg("%s: admitted want %d, got %d (%s/%s)", where, cJSON_IsTrue(v), d.admitted,
-			 fairshare_level_name(d.level), fairshare_reason_name(d.reason));
-	want_str(where, e, "level", fairshare_level_name(d.level));
-	want_str(where, e, "reason", fairshare_reason_name(d.reason));
-	v = cJSON_GetObjectItem(e, "fcfs");
-	if (v && cJSON_IsTrue(v) != d.fcfs)
-		fail_msg("%s: fcfs", where);
-}
-
-static void do_check(struct seq_case *q, const cJSON *step)
-{
-	const cJSON *e = cJSON_GetObjectItem(step, "expect"), *v;
-	const cJSON *stats = cJSON_GetObjectItem(e, "stats");
-	char where[128], key[64];
-
-	snprintf(where, sizeof(where), "%s/step %d", q->name, q->step);
-	want_u32(where, e, "org_running", q->g.org_running);
-	want_u32(where, e, "system_running", q->sys.running);
-	want_u32(where, e, "shortfall_total", q->g.shortfall);
-	want_u32(where, e, "direct_waiting", q->g.direct_waiting);
-	want_u32(where, e, "direct_reserve", fairshare_gate_direct_reserve(&q->g, q->now));
-	cJSON_ArrayForEach(v, cJSON_GetObjectItem(e, "running"))
-	{
-		want_u32(where, cJSON_GetObjectItem(e, "running"), v->string,
-			 q->gc[seq_index(q, v->string)].running);
-	}
-	cJSON_ArrayForEach(v, cJSON_GetObjectItem(e, "agents"))
-	{
-		want_u32(where, cJSON_GetObjectItem(e, "agents"), v->string,
-			 q->ga[name_index(&q->agents, v->string)].running);
-	}
-	want_u32(where, stats, "admitted", q->g.stats.admitted);
-	want_u32(where, stats, "fcfs", q->g.stats.fcfs);
-	for (int l = FAIRSHARE_LEVEL_SYSTEM; l < FAIRSHARE_LEVEL_COUNT; l++) {
-		snprintf(key, sizeof(key), "refused_%s", fairshare_level_name(l));
-		want_u32(where, stats, key, q->g.stats.refused[l]);
-	}
-}
-
-static void run_steps(struct seq_case *q, const cJSON *steps);
-
-static void run_step(struct seq_case *q, const cJSON *step)
-{
-	const char *op = str_or(step, "op", "");
-	const cJSON *now = cJSON_GetObjectItem(step, "now_ms");
-	struct fairshare_slot slot;
-
-	if (now)
-		q->now = (uint64_t)now->valuedouble;
-	if (strcmp(op, "install") == 0) {
-		do_install(q, step);
-	} else if (strcmp(op, "admit") == 0) {
-		do_admit(q, step);
-	} else if (strcmp(op, "release") == 0) {
-		slot = slot_of(q, step);
-		want_rc(q, step, fairshare_gate_release(&q->g, &q->sys, &slot));
-	} else if (strcmp(op, "direct_wait") == 0) {
-		want_rc(q, step, fairshare_gate_direct_wait(&q->g));
-	} else if (strcmp(op, "direct_unwait") == 0) {
-		want_rc(q, step, fairshare_gate_direct_unwait(&q->g));
-	} else if (strcmp(op, "set_limits") == 0) {
-		struct fairshare_gate_limits lim = { u32_or(step, "org_limit", 20),
-						     u32_or(step, "per_agent", FAIRSHARE_UNLIMITED),
-						     bool_or(step, "enforced", true) };
-		assert_int_equal(fairshare_gate_set_limits(&q->g, &lim), 0);
-	} else if (strcmp(op, "set_ceiling") == 0) {
-		assert_int_equal(fairshare_gate_set_ceiling(
-					 &q->g, seq_index(q, str_or(step, "campaign", NULL)),
-					 u32_or(step, "ceiling", FAIRSHARE_UNLIMITED)),
-				 0);
-	} else if (strcmp(op, "check") == 0) {
-		do_check(q, step);
-	} else if (strcmp(op, "repeat") == 0) {
-		for (uint32_t i = 0; i < u32_or(step, "times", 1); i++)
-			run_steps(q, cJSON_GetObjectItem(step, "steps"));
-	} else {
-		fail_msg("%s: unknown op %s", q->name, op);
-	}
-}
-
-static void run_steps(struct seq_case *q, const cJSON *steps)
-{
-	const cJSON *step;
-
-	cJSON_ArrayForEach(step, steps)
-	{
-		uint32_t times = strcmp(str_or(step, "op", ""), "repeat") == 0
-					 ? 1
-					 : u32_or(step, "times", 1);
-
-		q->step++;
-		for (uint32_t t = 0; t < times; t++)
-			run_step(q, step);
-	}
-}
+/* ---- sequences: the driver's interpreter (tests/driver/seq_driver.h) on the model ---- */
 
 static void run_sequence(const cJSON *j)
 {
-	static struct seq_case q;
+	static struct seq_model m;
+	static struct seq_run r;
+	struct seq_backend *b = seq_model_backend(&m);
 
-	seq_setup(j, &q);
-	run_steps(&q, cJSON_GetObjectItem(j, "steps"));
+	seq_run_case(&r, j, &b, 1);
 }
 
 /* ---- schema: every key must be one tests/vectors/README.md lists ---- */
