@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 bool reconcile_is_orphan_age(uint64_t taken_ms, uint64_t now_ms, uint64_t orphan_after_ms)
 {
@@ -14,15 +15,23 @@ bool reconcile_is_orphan_age(uint64_t taken_ms, uint64_t now_ms, uint64_t orphan
 	return age > orphan_after_ms;
 }
 
+/* Call ids are uuids, which gate_pg_write() takes in either case while PostgreSQL answers them
+ * in lower case (id::text), and Redis keeps them as the worker spelled them: one call whatever
+ * the case, or a live call would look like a lost slot (ADD) and be counted twice. */
+static int id_cmp(const char *a, const char *b)
+{
+	return strcasecmp(a, b);
+}
+
 static int cmp_slot(const void *a, const void *b)
 {
-	return strcmp(((const struct reconcile_slot *)a)->call,
+	return id_cmp(((const struct reconcile_slot *)a)->call,
 		      ((const struct reconcile_slot *)b)->call);
 }
 
 static int cmp_call(const void *a, const void *b)
 {
-	return strcmp(((const struct reconcile_call *)a)->call,
+	return id_cmp(((const struct reconcile_call *)a)->call,
 		      ((const struct reconcile_call *)b)->call);
 }
 
@@ -46,10 +55,10 @@ static int prepare(struct reconcile_slot *slots, uint32_t n_slots, struct reconc
 	if (n_calls > 1)
 		qsort(calls, n_calls, sizeof(*calls), cmp_call);
 	for (uint32_t i = 1; i < n_slots; i++)
-		if (strcmp(slots[i - 1].call, slots[i].call) == 0)
+		if (id_cmp(slots[i - 1].call, slots[i].call) == 0)
 			return -EINVAL;
 	for (uint32_t i = 1; i < n_calls; i++)
-		if (strcmp(calls[i - 1].call, calls[i].call) == 0)
+		if (id_cmp(calls[i - 1].call, calls[i].call) == 0)
 			return -EINVAL;
 	return 0;
 }
@@ -97,7 +106,7 @@ int reconcile_plan(struct reconcile_slot *slots, uint32_t n_slots, struct reconc
 		struct reconcile_call *c = &calls[i];
 		int order = 1;
 
-		while (j < n_slots && (order = strcmp(slots[j].call, c->call)) < 0)
+		while (j < n_slots && (order = id_cmp(slots[j].call, c->call)) < 0)
 			j++;
 		if (j < n_slots && order == 0)
 			c->action = RECONCILE_KEEP; /* counted with its slot record */

@@ -77,7 +77,7 @@ struct reconcile_summary {
 };
 
 /* Classifies every slot record and every live call. Sorts both arrays in place by call id
- * (strcmp order) and fills each entry's action and *sum. now_ms is Redis time; orphan_after_ms
+ * (case-insensitive: uuids in either case name one call) and fills each entry's action and *sum. now_ms is Redis time; orphan_after_ms
  * is the call-row write deadline (plus whatever margin the caller wants). A call id present in
  * both arrays is one call. Returns 0, or -EINVAL (NULL arrays with a non-zero size, a NULL call
  * id, a call id twice in one array, a row state out of range). */

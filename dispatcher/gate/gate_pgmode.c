@@ -333,6 +333,18 @@ static int send_writes(struct admit_op *op)
 	struct write_params p;
 	int rc;
 
+	/* What is left of the deadline since BEGIN (now() on the server), again: every statement
+	 * starts a fresh statement_timeout and each idle gap a fresh idle timeout, so without
+	 * this the write's own lock wait (the contact row) would get the whole deadline again
+	 * after the reads had used part of it, and the transaction could outlive the client's
+	 * bound while holding the org and system rows. */
+	rc = pg_txn_exec(op->txn,
+			 &(struct pg_query){ .stmt = op->g->st[ST_BUDGET_TXN],
+					     .nparams = 1,
+					     .values = (const char *const[]){ op->budget } },
+			 ignore_cb, op);
+	if (rc)
+		return rc;
 	if (op->nw > 0) {
 		if (write_params_build(&p, GATE_MODE_POSTGRES, op->epoch, op->wcalls, op->nw))
 			return -ENOMEM;
@@ -424,16 +436,14 @@ static void read_send(struct admit_op *op, enum stmt_id id, int nparams, const c
 static void begin_cb(int status, struct pg_txn *txn, void *data)
 {
 	struct admit_op *op = data;
-	char budget[24];
 
 	if (status) {
 		deliver(op, status);
 		return;
 	}
 	op->txn = txn;
-	gate_pg_ms(budget, op->deadline_ms);
-	const char *bv[] = { budget }, *ov[] = { op->org }, *cv[] = { op->org, op->cand_lit.buf },
-		   *wv[] = { op->direct_lit.buf };
+	const char *bv[] = { op->budget }, *ov[] = { op->org },
+		   *cv[] = { op->org, op->cand_lit.buf }, *wv[] = { op->direct_lit.buf };
 	op->pending = 1; /* held until every read is sent */
 	read_send(op, ST_BUDGET_TXN, 1, bv);
 	read_send(op, ST_LOCK_SHARED, 0, NULL);
@@ -443,6 +453,8 @@ static void begin_cb(int status, struct pg_txn *txn, void *data)
 	 * them in this order, so they cannot deadlock. */
 	read_send(op, ST_ORG_LOCK, 1, ov);
 	read_send(op, ST_SYSTEM_LOCK, 0, NULL);
+	/* The lock waits used part of the deadline: the reads get what is left of it. */
+	read_send(op, ST_BUDGET_TXN, 1, bv);
 	read_send(op, ST_SCALARS, 1, ov);
 	read_send(op, ST_ORG_COUNTS, 1, ov);
 	read_send(op, ST_CAMPAIGNS, 2, cv);
@@ -472,6 +484,7 @@ int gate_pgmode_admit(struct gate_pg *g, const char *org, uint64_t epoch, uint64
 		.g = g, .cb = cb, .data = data, .epoch = epoch, .deadline_ms = deadline_ms
 	};
 	strcpy(op->org, org);
+	gate_pg_ms(op->budget, deadline_ms);
 	rc = reqs_copy(op, reqs, n);
 	if (!rc)
 		rc = pgmode_lits(op);

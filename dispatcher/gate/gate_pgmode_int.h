@@ -70,6 +70,7 @@ struct admit_op {
 	char org[65];
 	uint64_t epoch;
 	uint64_t deadline_ms;
+	char budget[24]; /* deadline_ms as the budget statement's parameter */
 	struct req_copy *reqs;
 	uint32_t n;
 	struct gate_pg_dial *cands;
@@ -80,7 +81,7 @@ struct admit_op {
 	struct pgarr direct_lit; /* the direct requests' call ids, uuid[] */
 	uint32_t n_direct;
 	struct pg_txn *txn;
-	struct read_step steps[8];
+	struct read_step steps[10]; /* every read of begin_cb */
 	int nsteps;
 	int pending; /* reads in flight */
 	struct pgmode_reads rd;

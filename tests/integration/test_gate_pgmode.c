@@ -384,6 +384,55 @@ static void lost_before_commit_admits_nothing(void **state)
 	gp_close(&e);
 }
 
+/* The deadline bounds the whole transaction on the server, not each statement: the admission
+ * waits for the org row (held by the test) for most of its deadline, then its write waits for
+ * the contact's row (held too). The write gets only what is left, so PostgreSQL ends the
+ * transaction at the deadline (-ETIMEDOUT, nothing written) — before the client's own bound
+ * (deadline + 1 s), which would drop the connection. With the budget set once, the write's
+ * lock wait got the whole deadline again and outlived the client's bound. */
+static void deadline_bounds_the_transaction(void **state)
+{
+	static const char *const agents[] = { "a0" };
+	struct gp e;
+	struct adm p = { 0 };
+	struct pg_conn_stats st;
+	char id[37];
+	PGconn *row_holder = fixture_pg(&svc);
+	long long t0;
+
+	gp_seed_org(admin, "dl", 5, 0, 1, agents, NULL, 2);
+	long long k = gp_contact(admin, "dl", 0, 0);
+	struct gate_pg_dial c[] = { cand("dl_c0", k) };
+	struct gate_pgmode_req r = req(id, c, 1);
+
+	gp_open(&e, &svc, 1, "deadline");
+	gp_sql(row_holder, "BEGIN");
+	gp_sql(row_holder, "SELECT 1 FROM contacts WHERE id = %lld FOR UPDATE", k);
+	gp_sql(holder, "BEGIN");
+	gp_sql(holder, "SELECT 1 FROM organisations WHERE id = 'dl' FOR UPDATE");
+	t0 = fixture_now_ms();
+	assert_int_equal(
+		gate_pgmode_admit(e.g, "dl", (uint64_t)gp_epoch(admin), 2000, &r, 1, adm_cb, &p),
+		0);
+	gp_wait_for(e.lp, admin, "transactionid", 1); /* on the org row */
+	if (fixture_now_ms() - t0 < 1500)
+		fixture_sleep_ms((long)(1500 - (fixture_now_ms() - t0)));
+	gp_sql(holder, "COMMIT"); /* the admission goes on; its write waits for the contact */
+	fixture_run_until_count(e.lp, &p.calls, 1, 60000);
+	assert_int_equal(p.status, -ETIMEDOUT);
+	pg_pool_get_stats(e.pool, &st);
+	assert_int_equal(st.timeouts + st.disconnects, 0); /* the server ended it */
+	gp_sql(row_holder, "COMMIT");
+	PQfinish(row_holder);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE id = '%s'", id), 0);
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM contacts WHERE id = %lld AND"
+				" state = 'claimed'",
+				k),
+			 1);
+	gp_close(&e);
+}
+
 /* --- several workers at once --- */
 
 #define WORKERS	    3
@@ -594,6 +643,7 @@ int main(void)
 		cmocka_unit_test(levels_from_call_rows),
 		cmocka_unit_test(floors_waiters_release),
 		cmocka_unit_test(lost_before_commit_admits_nothing),
+		cmocka_unit_test(deadline_bounds_the_transaction),
 		cmocka_unit_test(concurrent_admissions_never_exceed),
 		cmocka_unit_test(campaign_read_is_flat),
 	};

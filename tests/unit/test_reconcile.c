@@ -133,6 +133,33 @@ static void merges_both_lists(void **state)
 	assert_int_equal(sum.oldest_young_ms, 1500);
 }
 
+/* A call id spelled in upper case by the worker (so in its Redis record) and in lower case by
+ * PostgreSQL (id::text) is one call: kept, not added a second time. */
+static void ids_match_whatever_the_case(void **state)
+{
+	struct reconcile_slot s[] = {
+		{ .call = "0000000A-0000-4000-8000-00000000000B",
+		  .taken_ms = NOW,
+		  .row = RECONCILE_ROW_LIVE },
+	};
+	struct reconcile_call c[] = {
+		{ .call = "0000000a-0000-4000-8000-00000000000b", .row = RECONCILE_ROW_LIVE },
+	};
+	struct reconcile_slot dup[] = {
+		{ .call = "0000000A-0000-4000-8000-00000000000B", .row = RECONCILE_ROW_LIVE },
+		{ .call = "0000000a-0000-4000-8000-00000000000b", .row = RECONCILE_ROW_LIVE },
+	};
+	struct reconcile_summary sum;
+
+	assert_int_equal(reconcile_plan(s, 1, c, 1, NOW, DEADLINE, &sum), 0);
+	assert_int_equal(s[0].action, RECONCILE_KEEP);
+	assert_int_equal(c[0].action, RECONCILE_KEEP);
+	assert_int_equal(sum.count[RECONCILE_ADD], 0);
+	assert_int_equal(sum.corrections, 0);
+	/* The same call twice in one list is bad input, whatever the case. */
+	assert_int_equal(reconcile_plan(dup, 2, NULL, 0, NOW, DEADLINE, &sum), -EINVAL);
+}
+
 static void nothing_to_do(void **state)
 {
 	struct reconcile_summary sum = { .corrections = 99 };
@@ -182,6 +209,7 @@ int main(void)
 		cmocka_unit_test(orphan_at_below_above_deadline),
 		cmocka_unit_test(rows_decide_before_age),
 		cmocka_unit_test(merges_both_lists),
+		cmocka_unit_test(ids_match_whatever_the_case),
 		cmocka_unit_test(nothing_to_do),
 		cmocka_unit_test(bad_input),
 		cmocka_unit_test(generation_and_names),
