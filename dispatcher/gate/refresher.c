@@ -25,13 +25,15 @@ struct camp {
 };
 
 struct vcamp {
-	size_t id; /* offset into the view arena; SIZE_MAX: the direct pseudo-campaign */
+	size_t id; /* offset into the view arena */
 	uint32_t running;
+	uint32_t floor; /* installed floor */
 };
 
-struct vagent {
+struct vagent { /* the layout of vcamp (view_running() reads both) */
 	size_t id;
 	uint32_t running;
+	uint32_t unused;
 };
 
 /* A grow-only array. */
@@ -59,6 +61,8 @@ struct refresher {
 	void *cb_data;
 	int status;
 	uint64_t lease_version, seq, sys_version;
+	uint64_t lease_sent;	 /* uv_hrtime() when the last renew was sent */
+	uint64_t lease_deadline; /* uv_hrtime() past which the lease may have run out */
 	bool new_tenure;
 	char **orgs;
 	size_t n_orgs, org_i;
@@ -73,13 +77,13 @@ struct refresher {
 	bool enforced;
 	struct vec text, camps, direct; /* direct: 0 or 1 carry */
 	struct vec vtext, vcamps, vagents;
-	uint64_t v_limits_version;
-	uint32_t v_k, v_system_running, v_direct_running;
+	uint64_t v_limits_version, v_floors_version;
+	uint32_t v_k, v_system_running, v_direct_running, v_direct_floor;
 	uint64_t version; /* floors version of this org's install */
-	bool fenced;
+	bool delta_sent;  /* the Redis install in flight is a delta */
 
 	/* computation, reused */
-	struct vec in, out, agents, agent_running, floors, pgfloors, limits;
+	struct vec in, out, agents, agent_running, floors, delta, pgfloors, limits;
 	void *work;
 	size_t work_size;
 
@@ -162,9 +166,9 @@ static void vec_free(struct vec *v)
 
 static void destroy(struct refresher *r)
 {
-	struct vec *vs[] = { &r->text,	  &r->camps,	&r->direct, &r->vtext,	&r->vcamps,
-			     &r->vagents, &r->in,	&r->out,    &r->agents, &r->agent_running,
-			     &r->floors,  &r->pgfloors, &r->limits };
+	struct vec *vs[] = { &r->text,	  &r->camps, &r->direct,   &r->vtext,  &r->vcamps,
+			     &r->vagents, &r->in,    &r->out,	   &r->agents, &r->agent_running,
+			     &r->floors,  &r->delta, &r->pgfloors, &r->limits };
 	for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++)
 		vec_free(vs[i]);
 	orgs_free(r);
@@ -190,6 +194,27 @@ static bool cb_enter(struct refresher *r)
 
 /* --- the cycle: lease and organisations --- */
 
+/* The renew sent at r->lease_sent returned version v: the lease runs until lease_ms after the
+ * statement ran on the database's clock, so at the latest lease_ms after it was sent here. */
+static void lease_held(struct refresher *r, uint64_t v)
+{
+	if (v != r->lease_version) {
+		log_info(LOG_GATE, "refresher: %s holds the lease, version %" PRIu64, r->owner, v);
+		r->lease_version = v;
+		r->seq = 0;
+		r->new_tenure = false;
+	}
+	r->lease_deadline = r->lease_sent + r->o.lease_ms * 1000000u;
+}
+
+/* The tenure ended (renew refused or failed, lease run out, install fenced). */
+static void lease_lost(struct refresher *r)
+{
+	if (r->lease_version)
+		r->stats.lost++;
+	r->lease_version = 0;
+}
+
 static void lease_cb(int status, const struct pg_results *res, void *data)
 {
 	struct refresher *r = data;
@@ -199,9 +224,7 @@ static void lease_cb(int status, const struct pg_results *res, void *data)
 	if (status) {
 		log_warn(LOG_GATE, "refresher: lease statement failed (%s): installing nothing",
 			 dsp_strerror(status));
-		if (r->lease_version)
-			r->stats.lost++;
-		r->lease_version = 0;
+		lease_lost(r);
 		cycle_end(r, status);
 		return;
 	}
@@ -216,13 +239,7 @@ static void lease_cb(int status, const struct pg_results *res, void *data)
 		cycle_end(r, -EAGAIN);
 		return;
 	}
-	uint64_t v = (uint64_t)cell_i64(lr, 0, 0);
-	if (v != r->lease_version) {
-		log_info(LOG_GATE, "refresher: %s holds the lease, version %" PRIu64, r->owner, v);
-		r->lease_version = v;
-		r->seq = 0;
-		r->new_tenure = false;
-	}
+	lease_held(r, (uint64_t)cell_i64(lr, 0, 0));
 	r->stats.held++;
 	r->n_orgs = (size_t)PQntuples(or);
 	r->orgs = r->n_orgs ? calloc(r->n_orgs, sizeof(*r->orgs)) : NULL;
@@ -247,11 +264,47 @@ static int cycle_begin(struct refresher *r)
 		{ .stmt = r->st[ST_LEASE], .nparams = 4, .values = lv },
 		{ .stmt = r->st[ST_ORGS] },
 	};
+	r->lease_sent = uv_hrtime();
 	int rc = pg_pool_batch(r->pool, PG_LANE_NORMAL, q, 2, lease_cb, r);
 	if (rc)
 		return rc;
 	r->pending++;
 	r->busy = true;
+	return 0;
+}
+
+/* A renew in the middle of a long cycle (its organisations take more than half the lease). */
+static void renew_cb(int status, const struct pg_results *res, void *data)
+{
+	struct refresher *r = data;
+
+	if (!cb_enter(r))
+		return;
+	if (status || PQntuples(res->res[0]) != 1) {
+		log_warn(LOG_GATE, "refresher: lease %" PRIu64 " not renewed (%s)",
+			 r->lease_version, status ? dsp_strerror(status) : "another holder");
+		lease_lost(r);
+		r->status = -EAGAIN;
+		r->org_i = r->n_orgs;
+	} else {
+		lease_held(r, (uint64_t)cell_i64(res->res[0], 0, 0));
+	}
+	org_next(r);
+}
+
+static int renew(struct refresher *r)
+{
+	char ver[24], ms[24];
+	snprintf(ver, sizeof(ver), "%" PRIu64, r->lease_version);
+	snprintf(ms, sizeof(ms), "%" PRIu64, r->o.lease_ms);
+	const char *lv[] = { r->owner, ver, ms, "f" };
+	struct pg_query q = { .stmt = r->st[ST_LEASE], .nparams = 4, .values = lv };
+	uint64_t sent = uv_hrtime();
+	int rc = pg_pool_batch(r->pool, PG_LANE_NORMAL, &q, 1, renew_cb, r);
+	if (rc)
+		return rc;
+	r->lease_sent = sent;
+	r->pending++;
 	return 0;
 }
 
@@ -390,7 +443,8 @@ static int view_copy(struct refresher *r, const struct gate_view *v)
 	r->v_limits_version = v->limits_version;
 	r->v_k = v->direct_waiting;
 	r->v_system_running = v->system_running;
-	r->v_direct_running = 0;
+	r->v_floors_version = v->floors_version;
+	r->v_direct_running = r->v_direct_floor = 0;
 	r->vtext.n = r->vcamps.n = r->vagents.n = 0;
 	if (vec_reserve(&r->vcamps, v->n_campaigns) || vec_reserve(&r->vagents, v->n_agents))
 		return -ENOMEM;
@@ -398,12 +452,14 @@ static int view_copy(struct refresher *r, const struct gate_view *v)
 		const struct gate_campaign_view *c = &v->campaigns[i];
 		if (!c->id) {
 			r->v_direct_running = c->running;
+			r->v_direct_floor = c->floor;
 			continue;
 		}
 		struct vcamp *d = (struct vcamp *)r->vcamps.p + r->vcamps.n;
 		if (text_add(&r->vtext, c->id, &d->id))
 			return -ENOMEM;
 		d->running = c->running;
+		d->floor = c->floor;
 		r->vcamps.n++;
 	}
 	for (uint32_t i = 0; i < v->n_agents; i++) {
@@ -432,6 +488,17 @@ static void org_next(struct refresher *r)
 {
 	if (r->org_i >= r->n_orgs) {
 		cycle_end(r, r->status);
+		return;
+	}
+	if (uv_hrtime() - r->lease_sent >= r->o.lease_ms * 500000u) {
+		/* Half the lease is gone: renew before this organisation. */
+		int rc = renew(r);
+		if (!rc)
+			return;
+		lease_lost(r); /* installing further could outlive the lease */
+		r->status = rc;
+		r->org_i = r->n_orgs;
+		cycle_end(r, rc);
 		return;
 	}
 	const char *org = r->orgs[r->org_i];
@@ -632,6 +699,7 @@ static void compute(struct refresher *r)
 		r->work = w;
 		r->work_size = need;
 	}
+	r->in.n = (size_t)n;
 	int rc = fairshare_recompute(&org, r->in.p, (uint32_t)n, r->out.p, NULL, r->work,
 				     r->work_size);
 	if (!rc)
@@ -651,10 +719,25 @@ static void compute(struct refresher *r)
 	r->stats.last_campaigns = (uint32_t)r->camps.n;
 	r->stats.last_version = r->version;
 	r->stats.last_compute_us = us_since(t);
-	r->fenced = false;
+	r->t2 = uv_hrtime();
+	if (r->t2 >= r->lease_deadline) {
+		/* The lease may have run out since it was renewed (a long cycle, a pause): another
+		 * refresher may hold it. Install nothing more; the next cycle renews. */
+		LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = r->orgs[r->org_i] }),
+		       "refresher: lease %" PRIu64 " may have run out: floors %" PRIu64
+		       " not installed",
+		       r->lease_version, r->version);
+		lease_lost(r);
+		r->stats.last_install_us = 0;
+		r->t2 = 0;
+		r->status = -ETIMEDOUT;
+		r->org_i = r->n_orgs;
+		org_next(r);
+		return;
+	}
+	/* A pause from here to the installs is what the versions fence (tests: the hook). */
 	if (r->o.before_install_cb)
 		r->o.before_install_cb(r, r->orgs[r->org_i], r->version, r->o.hook_data);
-	r->t2 = uv_hrtime();
 	install_system(r);
 }
 
@@ -711,13 +794,13 @@ static void limits_cb(struct gate *g, int status, const struct gate_install_resu
 		r->stats.limits_installs++;
 		r->stats.limits_cycle = r->stats.cycles;
 	}
-	install_floors(r);
+	install_pg(r);
 }
 
 static void install_limits(struct refresher *r)
 {
 	if (r->limits_version < 1 || (uint64_t)r->limits_version <= r->v_limits_version) {
-		install_floors(r);
+		install_pg(r);
 		return;
 	}
 	if (vec_reserve(&r->limits, r->camps.n ? r->camps.n : 1)) {
@@ -745,6 +828,19 @@ static void install_limits(struct refresher *r)
 	r->pending++;
 }
 
+/* The tenure ended by a refused install: stop installing at once. */
+static void fenced(struct refresher *r)
+{
+	lease_lost(r);
+	r->stats.last_install_us = us_since(r->t2);
+	r->t2 = 0;
+	r->status = -ESTALE;
+	r->org_i = r->n_orgs;
+	org_next(r);
+}
+
+static void floors_send(struct refresher *r, bool delta);
+
 static void floors_cb(struct gate *g, int status, const struct gate_install_result *res, void *data)
 {
 	struct refresher *r = data;
@@ -758,25 +854,121 @@ static void floors_cb(struct gate *g, int status, const struct gate_install_resu
 	}
 	if (res->applied) {
 		r->stats.installs++;
-	} else {
-		r->stats.refused_redis++;
-		r->fenced = true;
-		LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = r->orgs[r->org_i] }),
-		       "refresher: floors %" PRIu64 " refused by Redis (installed %" PRIu64 ")",
-		       r->version, res->version);
+		r->stats.delta_installs += r->delta_sent;
+		org_done(r, 0);
+		return;
 	}
-	install_pg(r); /* PostgreSQL fences by the same version on its own */
+	if (r->delta_sent && res->version < r->version) {
+		/* A delta whose base is no longer installed: install in full. */
+		floors_send(r, false);
+		return;
+	}
+	r->stats.refused_redis++;
+	LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = r->orgs[r->org_i] }),
+	       "refresher: floors %" PRIu64 " refused by Redis (installed %" PRIu64 ")", r->version,
+	       res->version);
+	fenced(r);
 }
 
-static void install_floors(struct refresher *r)
+static uint32_t view_floor(const struct refresher *r, const char *id)
 {
-	int rc = gate_install_floors(r->gate, r->orgs[r->org_i], r->version, r->o.floors_ttl_ms,
-				     r->floors.p, (uint32_t)r->floors.n, floors_cb, r);
+	size_t lo = 0, hi = r->vcamps.n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		const struct vcamp *e = (const struct vcamp *)r->vcamps.p + mid;
+		int d = strcmp(text_at(&r->vtext, e->id), id);
+		if (!d)
+			return e->floor;
+		if (d < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return 0;
+}
+
+static bool camp_known(const struct refresher *r, const char *id)
+{
+	size_t lo = 0, hi = r->camps.n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		int d = strcmp(text_at(&r->text, ((const struct camp *)r->camps.p)[mid].id), id);
+		if (!d)
+			return true;
+		if (d < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/* The floors that differ from those the gate_read of this cycle saw installed (at
+ * v_floors_version, read atomically with them): every input whose new floor differs, and every
+ * campaign of the view with a floor that is no input any more (now 0). */
+static int build_delta(struct refresher *r)
+{
+	size_t n_in = r->camps.n + 1;
+	if (vec_reserve(&r->delta, n_in + r->vcamps.n))
+		return -ENOMEM;
+	const struct fairshare_campaign *in = r->in.p;
+	const struct fairshare_result *out = r->out.p;
+	struct gate_floor *d = r->delta.p;
+	size_t n = 0;
+	bool direct = false;
+	for (size_t i = 0; i < r->in.n; i++) {
+		uint32_t was;
+		if (in[i].direct) {
+			direct = true;
+			was = r->v_direct_floor;
+		} else {
+			was = view_floor(r, in[i].id);
+		}
+		if (was != out[i].floor)
+			d[n++] = (struct gate_floor){ .campaign = in[i].direct ? NULL : in[i].id,
+						      .floor = out[i].floor };
+	}
+	if (!direct && r->v_direct_floor)
+		d[n++] = (struct gate_floor){ .campaign = NULL, .floor = 0 };
+	for (size_t i = 0; i < r->vcamps.n; i++) {
+		const struct vcamp *v = (const struct vcamp *)r->vcamps.p + i;
+		const char *id = text_at(&r->vtext, v->id);
+		if (v->floor && !camp_known(r, id))
+			d[n++] = (struct gate_floor){ .campaign = id, .floor = 0 };
+	}
+	r->delta.n = n;
+	return 0;
+}
+
+static void floors_send(struct refresher *r, bool delta)
+{
+	int rc;
+	if (delta)
+		rc = gate_install_floors_delta(r->gate, r->orgs[r->org_i], r->v_floors_version,
+					       r->version, r->o.floors_ttl_ms, r->delta.p,
+					       (uint32_t)r->delta.n, floors_cb, r);
+	else
+		rc = gate_install_floors(r->gate, r->orgs[r->org_i], r->version, r->o.floors_ttl_ms,
+					 r->floors.p, (uint32_t)r->floors.n, floors_cb, r);
 	if (rc) {
 		org_done(r, rc);
 		return;
 	}
+	r->delta_sent = delta;
 	r->pending++;
+}
+
+/* Redis, after PostgreSQL accepted the same version: a delta against the floors this cycle read
+ * when some are installed under an older version, else in full (gate_install_floors_delta()
+ * applies only on top of its exact base; refused for that reason, the install is sent in full). */
+static void install_floors(struct refresher *r)
+{
+	bool delta = r->v_floors_version > 0 && r->v_floors_version < r->version;
+	if (delta && build_delta(r)) {
+		org_done(r, -ENOMEM);
+		return;
+	}
+	floors_send(r, delta);
 }
 
 static void pg_install_cb(struct gate_pg *g, int status, bool applied, void *data)
@@ -786,27 +978,23 @@ static void pg_install_cb(struct gate_pg *g, int status, bool applied, void *dat
 	(void)g;
 	if (!cb_enter(r))
 		return;
-	if (!status && !applied) {
-		r->stats.refused_pg++;
-		r->fenced = true;
-		LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = r->orgs[r->org_i] }),
-		       "refresher: floors %" PRIu64 " refused by PostgreSQL", r->version);
-	}
-	if (r->fenced) {
-		/* A newer tenure installed: stop installing at once. */
-		if (r->lease_version)
-			r->stats.lost++;
-		r->lease_version = 0;
-		r->stats.last_install_us = us_since(r->t2);
-		r->t2 = 0;
-		r->status = -ESTALE;
-		r->org_i = r->n_orgs;
-		org_next(r);
+	if (status) {
+		org_done(r, status);
 		return;
 	}
-	org_done(r, status);
+	if (!applied) {
+		r->stats.refused_pg++;
+		LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = r->orgs[r->org_i] }),
+		       "refresher: floors %" PRIu64 " refused by PostgreSQL", r->version);
+		fenced(r); /* a newer tenure installed: nothing goes to Redis */
+		return;
+	}
+	install_floors(r);
 }
 
+/* PostgreSQL first: the carry the next holder continues from, fenced by version; Redis only
+ * once it was accepted, so a fenced holder writes nothing to either store once its successor
+ * began installing this organisation (the successor writes PostgreSQL first too). */
 static void install_pg(struct refresher *r)
 {
 	int rc = gate_pgmode_install_floors(r->gpg, r->orgs[r->org_i], r->version,
@@ -869,6 +1057,7 @@ int refresher_new(uv_loop_t *loop, struct pg_pool *pool, struct gate *gate, stru
 	r->agent_running.size = sizeof(uint32_t);
 	r->floors.size = sizeof(struct gate_floor);
 	r->pgfloors.size = sizeof(struct gate_pgmode_floor);
+	r->delta.size = sizeof(struct gate_floor);
 	r->limits.size = sizeof(struct gate_campaign_limits);
 	for (int i = 0; i < ST_COUNT; i++) {
 		int rc = pg_pool_prepare(pool, stmt_sql[i], stmt_params[i], &r->st[i]);

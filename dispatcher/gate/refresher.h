@@ -11,7 +11,10 @@
  * installs of this tenure, so versions grow within a tenure and across tenures; the Redis gate
  * and fair_share_installs keep only a newer version, so a holder paused between its renew and
  * its install (SIGSTOP, a long GC, a lost network) cannot overwrite its successor's floors when
- * it wakes: its install is refused, counted, and it stops installing. When seq would reach
+ * it wakes: its install is refused, counted, and it stops installing. Both stores are written
+ * in the same order (PostgreSQL, then Redis), and a refusal by PostgreSQL sends nothing to
+ * Redis, so a fenced holder writes to neither once its successor began installing the
+ * organisation. When seq would reach
  * 2^26 the next renew starts a new tenure.
  *
  * A cycle, per organisation (one at a time, one loop turn of computation each):
@@ -24,10 +27,16 @@
  *      is counted as waiting); and from Redis (gate_read) the running counts per campaign and
  *      agent and the waiting direct dials k;
  *   2. fairshare_recompute() with the carry (work area allocated once, grown when needed);
- *   3. install: the system limit when its version moved since this refresher last installed
- *      it, the org's limits when PostgreSQL's limits_version is newer than the gate's, then the
- *      floors in Redis (TTL floors_ttl_ms) and in PostgreSQL (gate_pgmode_install_floors(): the
- *      floors with the exact carry and active flag, and fair_share_installs, in one batch).
+ *   3. install, unless the lease may have run out since its renew (local monotonic clock from
+ *      the renew's send; then the tenure ends): the system limit when its version moved since
+ *      this refresher last installed it, the org's limits when PostgreSQL's limits_version is
+ *      newer than the gate's, then the floors in PostgreSQL first (gate_pgmode_install_floors():
+ *      the floors with the exact carry and active flag, and fair_share_installs, in one batch)
+ *      and, only once PostgreSQL accepted the version, in Redis (TTL floors_ttl_ms): a delta
+ *      (gate_install_floors_delta()) against the floors this cycle's gate_read saw installed
+ *      when there are some, in full otherwise or when the delta's base moved meanwhile.
+ *   A cycle whose organisations take more than half the lease renews it before the next one;
+ *   a renew that fails ends the tenure and the cycle (-EAGAIN).
  *
  * Timing. A cycle starts every period_ms (C4's bound for a limit change is then one cycle
  * after the change commits), and at once after refresher_kick().
@@ -54,8 +63,8 @@
 
 struct refresher;
 
-/* Tests only: called after the recompute of org and before its installs, with the version the
- * floors are about to be installed under. */
+/* Tests only: called after the recompute of org and the lease's deadline check, right before its
+ * installs, with the version the floors are about to be installed under. */
 typedef void (*refresher_hook_cb)(struct refresher *r, const char *org, uint64_t version,
 				  void *data);
 
@@ -77,6 +86,7 @@ struct refresher_stats {
 	uint64_t lost;		  /* tenures ended: renew refused or install fenced */
 	uint64_t recomputes;	  /* organisations recomputed */
 	uint64_t installs;	  /* floors installs applied in Redis */
+	uint64_t delta_installs;  /*   of which deltas (gate_install_floors_delta()) */
 	uint64_t refused_redis;	  /* floors installs refused by version in Redis */
 	uint64_t refused_pg;	  /* floors installs refused by version in PostgreSQL */
 	uint64_t limits_installs; /* org limits installs applied */

@@ -96,13 +96,10 @@ static int step_sync(struct gate_env *e, struct refresher *r, uint64_t elapsed)
 	return p.status;
 }
 
-/* A fresh database and Redis state with one organisation: org_limit 20, n campaigns
- * "<org>_c<i>" on agents "<org>_a<i>", each with `due` pending contacts due now. */
-static void seed(const char *org, int n, int due)
+/* Adds an organisation: org_limit 20, n campaigns "<org>_c<i>" on agents "<org>_a<i>", each
+ * with `due` pending contacts due now. */
+static void add_org(const char *org, int n, int due)
 {
-	gp_sql(admin, "TRUNCATE organisations, fair_share_installs, fair_share_floors CASCADE");
-	gp_sql(admin, "UPDATE leases SET owner = NULL, lease_until = '-infinity'"
-		      " WHERE name = 'refresher'");
 	gp_sql(admin, "INSERT INTO organisations (id, name) VALUES ('%s', '%s')", org, org);
 	for (int i = 0; i < n; i++) {
 		gp_sql(admin, "INSERT INTO agents (id, org_id) VALUES ('%s_a%d', '%s')", org, i,
@@ -122,8 +119,24 @@ static void seed(const char *org, int n, int due)
 		       " now() - interval '1 minute' FROM generate_series(1, %d) g",
 		       org, org, i, org, i, due);
 	}
-	const char *orgs[] = { org, NULL };
+}
+
+/* A fresh database and Redis state with the organisations of orgs (NULL-terminated), each as
+ * add_org() makes it. */
+static void seed_orgs(const char *const *orgs, int n, int due)
+{
+	gp_sql(admin, "TRUNCATE organisations, fair_share_installs, fair_share_floors CASCADE");
+	gp_sql(admin, "UPDATE leases SET owner = NULL, lease_until = '-infinity'"
+		      " WHERE name = 'refresher'");
+	for (int i = 0; orgs[i]; i++)
+		add_org(orgs[i], n, due);
 	genv_fresh(&env, 1000, orgs);
+}
+
+static void seed(const char *org, int n, int due)
+{
+	const char *orgs[] = { org, NULL };
+	seed_orgs(orgs, n, due);
 }
 
 static uint64_t fv(uint64_t lease, uint64_t seq)
@@ -298,6 +311,186 @@ static void test_limit_change(void **state)
 	assert_int_equal(a.r.outcome, GATE_REFUSED);
 	assert_int_equal(a.r.decisions[0].level, FAIRSHARE_LEVEL_ORG);
 	side_close(&s, &env);
+}
+
+/* Redis and PostgreSQL hold the same floors for org (every campaign of 0..n-1). */
+static void floors_agree(const char *org, int n)
+{
+	struct view_copy v;
+	assert_int_equal(genv_read(&env, org, &v), 0);
+	assert_int_equal(
+		v.v.floors_version,
+		(uint64_t)gp_int(
+			admin, "SELECT version FROM fair_share_installs WHERE org_id = '%s'", org));
+	for (int i = 0; i < n; i++) {
+		char id[32];
+		snprintf(id, sizeof(id), "%s_c%d", org, i);
+		assert_int_equal(view_floor(&v, id),
+				 gp_int(admin,
+					"SELECT coalesce((SELECT floor FROM fair_share_floors WHERE"
+					" org_id = '%s' AND campaign_id = '%s'), 0)",
+					org, id));
+	}
+}
+
+/* A holder whose successor has installed in PostgreSQL (not yet in Redis) is refused by
+ * PostgreSQL and then writes nothing to Redis: the fenced holder's floors never land in either
+ * store once its successor began installing the organisation. Before that, the holder's second
+ * and later installs are deltas against the floors it read, and agree with PostgreSQL's. */
+static void test_fenced_writes_nothing(void **state)
+{
+	(void)state;
+	seed("of", 3, 10);
+	struct refresher_options o = {
+		.owner = "F", .manual = true, .period_ms = 100, .lease_ms = 5000
+	};
+	struct side s;
+	side_open(&s, &env, "refr-f", 1, &o);
+	assert_int_equal(step_sync(&env, s.r[0], 0), 0);
+	struct refresher_stats st;
+	refresher_get_stats(s.r[0], &st);
+	uint64_t lease = st.lease_version;
+	assert_int_equal(st.delta_installs, 0); /* nothing installed before: in full */
+	assert_int_equal(step_sync(&env, s.r[0], 700), 0);
+	assert_int_equal(step_sync(&env, s.r[0], 300), 0);
+	refresher_get_stats(s.r[0], &st);
+	assert_int_equal(st.installs, 3);
+	assert_int_equal(st.delta_installs, 2);
+	floors_agree("of", 3);
+
+	struct view_copy v;
+	/* A successor's tenure installed in PostgreSQL only. */
+	uint64_t succ = fv(lease + 1, 0);
+	gp_sql(admin, "UPDATE fair_share_installs SET version = %llu WHERE org_id = 'of'",
+	       (unsigned long long)succ);
+	assert_int_equal(genv_read(&env, "of", &v), 0);
+	uint64_t redis_before = v.v.floors_version;
+	assert_int_equal(step_sync(&env, s.r[0], 500), -ESTALE);
+	refresher_get_stats(s.r[0], &st);
+	assert_int_equal(st.refused_pg, 1);
+	assert_int_equal(st.refused_redis, 0);
+	assert_int_equal(st.lease_version, 0);
+	assert_int_equal(genv_read(&env, "of", &v), 0);
+	assert_int_equal(v.v.floors_version, redis_before); /* nothing landed in Redis */
+	side_close(&s, &env);
+}
+
+/* A cycle longer than half the lease renews it between organisations; one that finds the lease
+ * taken meanwhile installs nothing more. */
+struct slow {
+	int sleep_ms;
+	bool steal;
+	int calls;
+};
+
+static void slow_hook(struct refresher *r, const char *org, uint64_t version, void *data)
+{
+	struct slow *w = data;
+	(void)r;
+	(void)version;
+	if (strcmp(org, "la") != 0)
+		return;
+	w->calls++;
+	fixture_sleep_ms(w->sleep_ms);
+	if (w->steal)
+		gp_sql(admin, "UPDATE leases SET owner = 'Z', version = version + 1,"
+			      " lease_until = clock_timestamp() + interval '1 minute'"
+			      " WHERE name = 'refresher'");
+}
+
+static void test_long_cycle(void **state)
+{
+	(void)state;
+	const char *orgs[] = { "la", "lb", NULL };
+	seed_orgs(orgs, 3, 10);
+	struct slow w = { .sleep_ms = 500 };
+	struct refresher_options o = { .owner = "L",
+				       .manual = true,
+				       .period_ms = 100,
+				       .lease_ms = 800,
+				       .before_install_cb = slow_hook,
+				       .hook_data = &w };
+	struct side s;
+	side_open(&s, &env, "refr-l", 1, &o);
+	/* la's hook takes more than half the lease: renewed before lb, both installed */
+	assert_int_equal(step_sync(&env, s.r[0], 0), 0);
+	struct refresher_stats st;
+	refresher_get_stats(s.r[0], &st);
+	uint64_t lease = st.lease_version;
+	assert_true(lease > 0);
+	assert_int_equal(st.installs, 2);
+	assert_int_equal(gp_int(admin, "SELECT version FROM leases WHERE name = 'refresher'"),
+			 (long long)lease);
+
+	/* la's hook outlasts the lease and Z takes it: la was already past its checks (the
+	 * versions fence that window), lb is not installed. */
+	w.sleep_ms = 900;
+	w.steal = true;
+	assert_int_equal(step_sync(&env, s.r[0], 500), -EAGAIN);
+	refresher_get_stats(s.r[0], &st);
+	assert_int_equal(st.lease_version, 0);
+	assert_int_equal(st.lost, 1);
+	struct view_copy v;
+	assert_int_equal(genv_read(&env, "lb", &v), 0);
+	assert_int_equal(v.v.floors_version, fv(lease, 1)); /* the first cycle's, no later */
+	assert_int_equal(
+		gp_int(admin, "SELECT version FROM fair_share_installs WHERE org_id = 'lb'"),
+		(long long)fv(lease, 1));
+	side_close(&s, &env);
+}
+
+/* A delta whose base moved between the cycle's read and its install (another install landed,
+ * older than the refresher's version) is refused by Redis and sent in full. Two organisations
+ * share the sequence, so da's versions leave a gap the hook fills. */
+struct skew {
+	struct gate_env e; /* its own loop: the hook runs inside the refresher's */
+	uint64_t version;
+	bool armed;
+};
+
+static void skew_hook(struct refresher *r, const char *org, uint64_t version, void *data)
+{
+	struct skew *k = data;
+	(void)r;
+	if (!k->armed || strcmp(org, "da") != 0)
+		return;
+	k->armed = false;
+	struct gate_install_result res;
+	assert_true(k->version < version);
+	assert_int_equal(genv_floors(&k->e, "da", k->version, 10000, "da_c0:20", &res), 0);
+	assert_true(res.applied);
+}
+
+static void test_delta_fallback(void **state)
+{
+	(void)state;
+	const char *orgs[] = { "da", "db", NULL };
+	seed_orgs(orgs, 3, 10);
+	struct skew k = { 0 };
+	genv_open(&k.e, svc.redis_url, "refresher-skew", true);
+	struct refresher_options o = { .owner = "D",
+				       .manual = true,
+				       .period_ms = 100,
+				       .lease_ms = 5000,
+				       .before_install_cb = skew_hook,
+				       .hook_data = &k };
+	struct side s;
+	side_open(&s, &env, "refr-d", 1, &o);
+	assert_int_equal(step_sync(&env, s.r[0], 0), 0); /* da fv(L, 0), db fv(L, 1) */
+	struct refresher_stats st;
+	refresher_get_stats(s.r[0], &st);
+	uint64_t lease = st.lease_version;
+	k.version = fv(lease, 1);
+	k.armed = true;
+	assert_int_equal(step_sync(&env, s.r[0], 700), 0); /* da fv(L, 2) on base fv(L, 0) */
+	refresher_get_stats(s.r[0], &st);
+	assert_int_equal(st.installs, 4);
+	assert_int_equal(st.delta_installs, 1); /* db's; da's went in full */
+	assert_int_equal(st.refused_redis, 0);
+	floors_agree("da", 3);
+	floors_agree("db", 3);
+	side_close(&s, &env);
+	genv_close(&k.e);
 }
 
 /* --- takeover: the holder in a child process --- */
@@ -498,7 +691,7 @@ static void test_takeover(void **state)
 	r = get_reply(rep);
 	assert_int_equal(r.kind, 'd');
 	assert_int_equal(r.status, -ESTALE);
-	assert_int_equal(r.refused_redis, 1);
+	assert_int_equal(r.refused_redis, 0); /* PostgreSQL refused first: nothing sent to Redis */
 	assert_int_equal(r.refused_pg, 1);
 	assert_int_equal(r.lease_version, 0);
 	struct view_copy v;
@@ -553,6 +746,9 @@ int main(void)
 		cmocka_unit_test(test_due_capped_plan),
 		cmocka_unit_test(test_election),
 		cmocka_unit_test(test_limit_change),
+		cmocka_unit_test(test_fenced_writes_nothing),
+		cmocka_unit_test(test_long_cycle),
+		cmocka_unit_test(test_delta_fallback),
 		cmocka_unit_test(test_takeover),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
