@@ -841,6 +841,39 @@ static void fenced(struct refresher *r)
 
 static void floors_send(struct refresher *r, bool delta);
 
+/* After applied floors (and any limits installed before them in the cycle), the waiters the
+ * rule now admits are woken (SPEC C9: "newly installed floors or a raised limit wakes the
+ * waiter the rule would admit"), at most REFRESHER_WAKE_MAX per install. A failed wake does not
+ * fail the cycle: the next release or heartbeat sweep wakes them too. */
+static void wake_cb(struct gate *g, int status, const struct gate_handoff_result *res, void *data)
+{
+	struct refresher *r = data;
+
+	(void)g;
+	if (!cb_enter(r))
+		return;
+	if (status) {
+		r->stats.wake_errors++;
+		LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = r->orgs[r->org_i] }),
+		       "refresher: waking waiters after the install failed (%d)", status);
+	} else {
+		r->stats.woken += res->woken;
+	}
+	org_done(r, 0);
+}
+
+static void wake_send(struct refresher *r)
+{
+	int rc = gate_handoff_wake(r->gate, r->orgs[r->org_i], REFRESHER_WAKE_MAX, wake_cb, r);
+
+	if (rc) {
+		r->stats.wake_errors++;
+		org_done(r, 0);
+		return;
+	}
+	r->pending++;
+}
+
 static void floors_cb(struct gate *g, int status, const struct gate_install_result *res, void *data)
 {
 	struct refresher *r = data;
@@ -855,7 +888,7 @@ static void floors_cb(struct gate *g, int status, const struct gate_install_resu
 	if (res->applied) {
 		r->stats.installs++;
 		r->stats.delta_installs += r->delta_sent;
-		org_done(r, 0);
+		wake_send(r);
 		return;
 	}
 	if (r->delta_sent && res->version < r->version) {

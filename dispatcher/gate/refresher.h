@@ -79,6 +79,9 @@ struct refresher_options {
 	void *hook_data;
 };
 
+/* Waiters woken at most after one applied floors install (gate_handoff_wake()'s bound). */
+#define REFRESHER_WAKE_MAX 16
+
 struct refresher_stats {
 	uint64_t cycles;	  /* cycles completed */
 	uint64_t held;		  /* cycles run as the holder */
@@ -93,6 +96,8 @@ struct refresher_stats {
 	uint64_t system_installs; /* system limit installs applied */
 	uint64_t limits_cycle;	  /* index of the cycle (cycles completed before it) that last
 				     * applied an org limits install */
+	uint64_t woken;		  /* waiters woken after applied floors installs (C9) */
+	uint64_t wake_errors;	  /* wakes after an install that failed (logged; not fatal) */
 	uint64_t errors;	  /* organisations whose cycle failed (logged) */
 	uint64_t lease_version;	  /* current tenure's version, 0 when not holding */
 	uint64_t last_version;	  /* last floors version sent */

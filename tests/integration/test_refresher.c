@@ -740,16 +740,101 @@ static void test_takeover(void **state)
 	side_close(&s, &env);
 }
 
+struct wake_op {
+	int calls, status;
+	uint32_t woken;
+};
+
+static void wake_op_cb(struct gate *g, int status, const struct gate_admit_result *res, void *data)
+{
+	struct wake_op *o = data;
+	(void)g;
+	(void)res;
+	o->calls++;
+	o->status = status;
+}
+
+static void beat_cb(struct gate *g, int status, const struct gate_handoff_result *res, void *data)
+{
+	struct wake_op *o = data;
+	(void)g;
+	o->calls++;
+	o->status = status;
+	o->woken = status ? 0 : res->woken;
+}
+
+/* C9: newly installed floors wake the waiter the rule now admits. ow_c0 alone is active (floor
+ * 20) and runs 15: the 5 free lines are its shortfall, so ow_c1's contact is refused and waits.
+ * ow_c1's contacts fall due; the next recompute installs 10/10, which admits ow_c1 (under its
+ * floor): the refresher's install wakes exactly that waiter, and its admission then succeeds. */
+static void test_install_wakes_waiter(void **state)
+{
+	(void)state;
+	seed("ow", 2, 20);
+	gp_sql(admin, "UPDATE contacts SET next_attempt_at = now() + interval '1 hour'"
+		      " WHERE campaign_id = 'ow_c1'");
+	struct refresher_options o[1] = {
+		{ .owner = "W1", .manual = true, .period_ms = 100, .lease_ms = 5000 },
+	};
+	struct side s;
+	side_open(&s, &env, "refr-w", 1, o);
+	assert_int_equal(step_sync(&env, s.r[0], 0), 0);
+	struct view_copy v;
+	assert_int_equal(genv_read(&env, "ow", &v), 0);
+	assert_int_equal(view_floor(&v, "ow_c0"), 20);
+	assert_int_equal(view_floor(&v, "ow_c1"), 0);
+	for (int i = 0; i < 15; i++) {
+		char call[16];
+		snprintf(call, sizeof(call), "f%d", i);
+		assert_int_equal(genv_admit(&env, "ow", call, "ow_c0").r.outcome, GATE_ADMITTED);
+	}
+
+	struct wake_op w = { 0 };
+	assert_int_equal(gate_handoff_beat(env.g, "ow", "wk", 600000, beat_cb, &w), 0);
+	fixture_run_until_count(&env.loop, &w.calls, 1, 60000);
+	assert_int_equal(w.status, 0);
+	const char *cands[1] = { "ow_c1" };
+	struct gate_admit_req req = {
+		.org = "ow",
+		.call = "x1",
+		.campaigns = cands,
+		.n_campaigns = 1,
+		.wait = true,
+		.worker = "wk",
+	};
+	struct wake_op a = { 0 };
+	assert_int_equal(gate_admit(env.g, &req, wake_op_cb, &a), 0);
+	fixture_run_until_count(&env.loop, &a.calls, 1, 60000);
+	assert_int_equal(a.status, 0);
+	assert_int_equal(genv_admit(&env, "ow", "x0", "ow_c1").r.outcome, GATE_REFUSED);
+
+	/* Nothing changed yet: an install of the same floors wakes nobody. */
+	assert_int_equal(step_sync(&env, s.r[0], 100), 0);
+	struct refresher_stats st;
+	refresher_get_stats(s.r[0], &st);
+	assert_int_equal(st.woken, 0);
+	assert_int_equal(st.wake_errors, 0);
+
+	gp_sql(admin, "UPDATE contacts SET next_attempt_at = now() - interval '1 minute'"
+		      " WHERE campaign_id = 'ow_c1'");
+	assert_int_equal(step_sync(&env, s.r[0], 100), 0);
+	assert_int_equal(genv_read(&env, "ow", &v), 0);
+	assert_int_equal(view_floor(&v, "ow_c1"), 10);
+	refresher_get_stats(s.r[0], &st);
+	assert_int_equal(st.woken, 1);
+	assert_int_equal(st.wake_errors, 0);
+	/* The woken waiter's admission succeeds (its wake consumed). */
+	assert_int_equal(genv_admit(&env, "ow", "x1", "ow_c1").r.outcome, GATE_ADMITTED);
+	side_close(&s, &env);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_due_capped_plan),
-		cmocka_unit_test(test_election),
-		cmocka_unit_test(test_limit_change),
-		cmocka_unit_test(test_fenced_writes_nothing),
-		cmocka_unit_test(test_long_cycle),
-		cmocka_unit_test(test_delta_fallback),
-		cmocka_unit_test(test_takeover),
+		cmocka_unit_test(test_due_capped_plan),	      cmocka_unit_test(test_election),
+		cmocka_unit_test(test_install_wakes_waiter),  cmocka_unit_test(test_limit_change),
+		cmocka_unit_test(test_fenced_writes_nothing), cmocka_unit_test(test_long_cycle),
+		cmocka_unit_test(test_delta_fallback),	      cmocka_unit_test(test_takeover),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
