@@ -1,0 +1,105 @@
+#include "gate_capacity.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <string.h>
+
+static const struct capacity_meta *find_meta(const struct capacity_meta *meta, uint32_t n,
+					     const char *id)
+{
+	uint32_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		int d = strcmp(meta[mid].id, id);
+		if (!d)
+			return &meta[mid];
+		if (d < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
+/* The index of agent id in v's agents (sorted by id), or -1. */
+static int64_t find_agent(const struct gate_view *v, const char *id)
+{
+	uint32_t lo = 0, hi = v->n_agents;
+
+	while (lo < hi) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		int d = strcmp(v->agents[mid].id, id);
+		if (!d)
+			return mid;
+		if (d < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return -1;
+}
+
+static int fill_campaign(const struct gate_view *v, const struct gate_campaign_view *c,
+			 const struct capacity_meta *meta, uint32_t n_meta,
+			 struct capacity_campaign *out)
+{
+	const struct capacity_meta *m = c->id ? find_meta(meta, n_meta, c->id) : NULL;
+
+	memset(out, 0, sizeof(*out));
+	out->id = c->id;
+	out->running = c->running;
+	out->floor = c->floor;
+	out->ceiling = c->ceiling ? c->ceiling : FAIRSHARE_UNLIMITED;
+	out->agent = FAIRSHARE_NO_AGENT;
+	out->direct = c->id == NULL;
+	out->state = m ? m->state : FAIRSHARE_RUNNING;
+	out->active = out->direct ? v->direct_waiting >= 1 : (m ? m->active : c->floor > 0);
+	if (!out->direct && c->agent) {
+		int64_t a = find_agent(v, c->agent);
+		if (a < 0)
+			return -EINVAL;
+		out->agent = (uint32_t)a;
+	}
+	return 0;
+}
+
+int gate_capacity_snapshot(const struct gate_view *v, const struct capacity_meta *meta,
+			   uint32_t n_meta, const char *want, struct capacity_org *org,
+			   struct capacity_campaign *cs, uint32_t *agent_running,
+			   uint32_t *n_out)
+{
+	uint32_t n = 0;
+	bool found = want == NULL;
+
+	if (!v || !org || !cs || !n_out || (v->n_agents && !agent_running) || (n_meta && !meta))
+		return -EINVAL;
+	for (uint32_t i = 0; i < v->n_agents; i++)
+		agent_running[i] = v->agents[i].running;
+	*org = (struct capacity_org){
+		.system_limit = v->system_limit,
+		.system_running = v->system_running,
+		.org_limit = v->org_limit,
+		.per_agent = v->per_agent ? v->per_agent : FAIRSHARE_UNLIMITED,
+		.enforced = v->enforced,
+		.floors_valid = v->floors_valid,
+		.direct_waiting = v->direct_waiting,
+		.agent_running = agent_running,
+		.n_agents = v->n_agents,
+	};
+	for (uint32_t i = 0; i < v->n_campaigns; i++, n++) {
+		if (fill_campaign(v, &v->campaigns[i], meta, n_meta, &cs[n]) < 0)
+			return -EINVAL;
+		if (want && cs[n].id && strcmp(cs[n].id, want) == 0)
+			found = true;
+	}
+	if (!found) {
+		const struct capacity_meta *m = find_meta(meta, n_meta, want);
+		cs[n++] = (struct capacity_campaign){ .id = want,
+						      .ceiling = FAIRSHARE_UNLIMITED,
+						      .agent = FAIRSHARE_NO_AGENT,
+						      .state = m ? m->state : FAIRSHARE_RUNNING };
+	}
+	*n_out = n;
+	return 0;
+}

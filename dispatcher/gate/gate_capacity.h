@@ -1,0 +1,30 @@
+/* The capacity view (SPEC C12) from the Redis gate: one gate_read() answer turned into the
+ * snapshot core/capacity.h computes from, so the endpoint and the demo answer from the installed
+ * floors and the gate's live counts in one round trip (issue 8, item 4).
+ *
+ * What the gate does not hold comes from the caller (struct capacity_meta, core/capacity.h): a
+ * campaign's row state (running, paused, stopped) and whether the installed floors' active set
+ * includes it (fair_share_floors.active, written by the refresher with the floors; reading V1).
+ * A campaign the caller gives no meta for is taken as running and active when its installed
+ * floor is above 0. The direct pseudo-campaign is active while k >= 1 (the gate's own count).
+ */
+#ifndef DSP_GATE_CAPACITY_H
+#define DSP_GATE_CAPACITY_H
+
+#include "capacity.h"
+#include "gate.h"
+
+#include <stdint.h>
+
+/* Fills org, cs and agent_running from view v (borrowed: call it inside gate_read()'s callback;
+ * cs[].id points into v). meta[0..n_meta) is sorted by id (bytewise) and may be empty. When want
+ * (may be NULL) names a campaign the view does not list, it is appended with zero counts,
+ * inactive (reading V2), so cs needs v->n_campaigns + 1 entries and agent_running
+ * v->n_agents. *n_out is the number of entries written. Returns 0 or -EINVAL (NULL arguments, an
+ * agent the view does not list). */
+int gate_capacity_snapshot(const struct gate_view *v, const struct capacity_meta *meta,
+			   uint32_t n_meta, const char *want, struct capacity_org *org,
+			   struct capacity_campaign *cs, uint32_t *agent_running,
+			   uint32_t *n_out);
+
+#endif
