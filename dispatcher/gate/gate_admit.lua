@@ -199,11 +199,21 @@ if not admitted then
 		local wk, c1 = ARGV[5], ARGV[6]
 		local rec = redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
 		if rec then -- already waiting; woken and refused again: back to its place
+			local rc = direct and '*' or string.match(rec, '^([^|]*)')
 			if redis.call('ZREM', KEYS[9], call) == 1 then
-				redis.call('ZADD', KEYS[7], 0,
-					(direct and '*' or string.match(rec, '^([^|]*)')) .. '|' ..
+				redis.call('ZADD', KEYS[7], 0, rc .. '|' ..
 					string.format('%013d', tonumber(string.match(rec, '^[^|]*|(%d+)'))) ..
 					'|' .. call)
+			end
+			if not direct then
+				-- Its campaign back in the waking order: a wake that met no queued waiter of
+				-- it (this one was woken) took it out of :wc.
+				local craw = rc == c1 and v[2] or redis.call('HGET', state, 'c:' .. rc)
+				local r1, f1 = 0, 0
+				if craw then
+					r1, f1 = struct.unpack(CF, craw)
+				end
+				redis.call('ZADD', KEYS[8], r1 - f1, rc)
 			end
 		else
 			local since = string.format('%d', now)

@@ -18,6 +18,7 @@
 	       "reconciler: " __VA_ARGS__)
 #define CHUNK	    GATE_PG_WRITE_MAX
 #define GATE_ID_MAX 64
+#define ORG_KEY_MAX 128
 
 enum { ST_LEASE, ST_SYSTEM, ST_ORGS, ST_CAMPAIGNS, ST_FLOORS, ST_N };
 
@@ -713,13 +714,142 @@ static void rows_next(struct reconciler *r)
 		run_end(r, rc);
 }
 
+/* --- an organisation never built in Redis (created after the last rebuild) ---
+ *
+ * Its admissions answer GATE_ELOST (no :gen), and so does the pass's read of its records. That
+ * is not a lost state when the org has no live call (step 1 read none), no :gen and no :slots:
+ * nothing can have been admitted for it in Redis (every admission is guarded by the org's :gen),
+ * so it is built empty under the system generation the pass read (gate_org_rebuild, itself
+ * guarded by {sys}:gen) and its limits are installed from PostgreSQL. Anything else (a :gen of
+ * another generation, records, live calls) is a lost state: the fleet switches, as before. */
+
+static void created_cb(struct reconciler *r, int status, const char *what)
+{
+	const char *org = r->org_ids[r->org_i];
+
+	if (status == GATE_ELOST) {
+		if (!r->failed)
+			r->failed = status;
+	} else if (status) {
+		RLOG(LOG_WARN, org, "building a new organisation: %s failed (%s)", what,
+		     dsp_strerror(status));
+	}
+	if (--r->pending)
+		return;
+	if (r->failed == GATE_ELOST) {
+		state_lost(r, org);
+		return;
+	}
+	r->stats.created++;
+	RLOG(LOG_INFO, org, "organisation without Redis state built (no live calls)");
+	next_org(r);
+}
+
+static void create_rebuild_cb(struct gate *g, int status, void *data)
+{
+	(void)g;
+	created_cb(data, status, "rebuild");
+}
+
+static void create_install_cb(struct gate *g, int status, const struct gate_install_result *res,
+			      void *data)
+{
+	(void)g;
+	(void)res;
+	created_cb(data, status, "limits install");
+}
+
+static void create_campaigns_cb(int status, const struct pg_results *res, void *data)
+{
+	struct reconciler *r = data;
+	const char *org = r->org_ids[r->org_i];
+	const PGresult *orgs = r->res[ST_ORGS], *cs;
+	struct gate_campaign_limits *cl;
+	uint32_t n = 0;
+	int row = -1, rc;
+
+	if (status) {
+		run_end(r, status);
+		return;
+	}
+	cs = res->res[0];
+	for (int i = 0; i < PQntuples(orgs); i++)
+		if (strcmp(val(orgs, i, 0), org) == 0)
+			row = i;
+	cl = calloc((size_t)PQntuples(cs) + 1, sizeof(*cl));
+	if (!cl || row < 0) {
+		free(cl);
+		run_end(r, cl ? DSP_EPG : -ENOMEM);
+		return;
+	}
+	for (int i = 0; i < PQntuples(cs); i++)
+		if (strcmp(val(cs, i, 0), org) == 0)
+			cl[n++] = (struct gate_campaign_limits){ .campaign = val(cs, i, 1),
+								 .ceiling = (uint32_t)u64(cs, i, 2),
+								 .agent = val(cs, i, 3) };
+	struct gate_limits lim = { .version = u64(orgs, row, 4),
+				   .org_limit = (uint32_t)u64(orgs, row, 1),
+				   .per_agent = (uint32_t)u64(orgs, row, 2),
+				   .enforced = val(orgs, row, 3)[0] == 't',
+				   .campaigns = cl,
+				   .n_campaigns = n };
+	r->failed = 0;
+	r->pending = 1; /* held while sending */
+	rc = gate_org_rebuild(r->g, org, NULL, 0, create_rebuild_cb, r);
+	if (!rc) {
+		r->pending++;
+		rc = gate_install_limits(r->g, org, &lim, create_install_cb, r);
+		if (!rc)
+			r->pending++;
+	}
+	free(cl);
+	created_cb(r, rc, "send");
+}
+
+static void org_keys_cb(struct redis_conn *conn, int status, redisReply *reply, void *data)
+{
+	struct reconciler *r = data;
+	struct pg_query q = { .stmt = r->st[ST_CAMPAIGNS] };
+	int rc;
+
+	(void)conn;
+	if (status) {
+		run_end(r, status);
+		return;
+	}
+	if (reply->type != REDIS_REPLY_INTEGER || reply->integer != 0) {
+		state_lost(r, r->org_ids[r->org_i]);
+		return;
+	}
+	rc = pg_pool_exec(r->o.pool, PG_LANE_NORMAL, &q, create_campaigns_cb, r);
+	if (rc)
+		run_end(r, rc);
+}
+
+static void org_absent_check(struct reconciler *r)
+{
+	const char *org = r->org_ids[r->org_i];
+	char gen[ORG_KEY_MAX], slots[ORG_KEY_MAX];
+	const char *argv[] = { "EXISTS", gen, slots };
+	int rc;
+
+	if (r->n_pc || !r->res[ST_ORGS] || gate_org_key(org, "gen", gen, sizeof(gen)) <= 0 ||
+	    gate_org_key(org, "slots", slots, sizeof(slots)) <= 0) {
+		state_lost(r, org);
+		return;
+	}
+	rc = redis_conn_command_argv(r->o.conn, org_keys_cb, r, 3, argv, NULL);
+	if (rc)
+		run_end(r, rc);
+}
+
 static void slots_cb(int status, const struct gate_slots *s, void *data)
 {
 	struct reconciler *r = data;
 	size_t off = 0, size = 0;
 
 	if (status == GATE_ELOST) {
-		state_lost(r, r->org_ids[r->org_i]);
+		org_absent_check(r);
 		return;
 	}
 	if (status) {
@@ -840,7 +970,8 @@ static void orgs_cb(int status, const struct pg_results *res, void *data)
 	}
 	n = PQntuples(res->res[0]);
 	r->org_ids = calloc((size_t)n + 1, sizeof(*r->org_ids));
-	if (!r->org_ids) {
+	r->res[ST_ORGS] = PQcopyResult(res->res[0], PG_COPYRES_ATTRS | PG_COPYRES_TUPLES);
+	if (!r->org_ids || !r->res[ST_ORGS]) {
 		run_end(r, -ENOMEM);
 		return;
 	}

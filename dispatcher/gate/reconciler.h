@@ -18,7 +18,9 @@
  *    records with Redis time, the rows of every id seen), reconcile_plan(), and its actions:
  *    RELEASE → gate_release(); FENCE → gate_pg_fence() and gate_release() of those fenced;
  *    ADD is counted and logged at error (no targeted add-slot script yet). A GATE_ELOST answer
- *    switches the fleet to postgres mode (gate_pg_switch_to_postgres() at the epoch read).
+ *    switches the fleet to postgres mode (gate_pg_switch_to_postgres() at the epoch read),
+ *    except for an org never built in Redis (no live call, no :gen, no :slots: created after
+ *    the last rebuild), which is built empty and given its limits.
  *
  * Connections (all borrowed; they must outlive the reconciler): a pool on which
  * reconciler_new() prepares its statements (so before pg_pool_start()), the gate_pg on that
@@ -69,6 +71,7 @@ struct reconciler_stats {
 	uint64_t missing;	   /* ADD: live rows without a slot record (logged, not added) */
 	uint64_t young;		   /* YOUNG: records without a row kept (write may be in flight) */
 	uint64_t lost;		   /* GATE_ELOST seen: the fleet switched to postgres mode */
+	uint64_t created;	   /* orgs never built in Redis (no state, no live call) built */
 };
 
 /* status 0: the run completed (whatever it found); otherwise why it stopped. */

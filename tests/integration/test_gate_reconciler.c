@@ -443,6 +443,66 @@ static void controller_switches(void **state)
 	env_close(&e);
 }
 
+/* An organisation created after the last rebuild has no Redis state: its admissions answer
+ * GATE_ELOST. The periodic pass must build it (no live calls, no records, no :gen) instead of
+ * switching the whole fleet to postgres mode; the worker then admits in it through Redis. An
+ * org whose :gen is there but of another generation is a lost state: the fleet switches.
+ * (Review of issue 8: every new org used to switch the fleet.) */
+static void new_org_is_built(void **state)
+{
+	static const char *const agents[] = { "a0" };
+	struct env e;
+	char id[1][37], key[128];
+	struct reconciler_stats st;
+	long long epoch;
+
+	(void)state;
+	reset();
+	env_open(&e, 2000);
+	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
+	epoch = gp_epoch(admin);
+	gate_mode_pg_up(e.ctl);
+	wait_mode(&e, GATE_MODE_POSTGRES, epoch);
+	assert_int_equal(rec_run(&e), 0);
+	wait_mode(&e, GATE_MODE_REDIS, ++epoch);
+
+	gp_seed_org(admin, "rn", 3, 0, 1, agents, NULL, 1);
+	struct admit_out a = genv_admit(&e.ge, "rn", gp_uuid(id[0], 400), "rn_c0");
+	assert_int_equal(a.status, GATE_ELOST);
+	assert_int_equal(rec_run(&e), 0);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.lost, 0);
+	assert_int_equal(st.created, 1);
+	assert_int_equal(gp_epoch(admin), epoch); /* no switch */
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM system_settings"
+				       " WHERE gate_mode = 'redis'"),
+			 1);
+	a = genv_admit(&e.ge, "rn", id[0], "rn_c0");
+	assert_int_equal(a.status, 0);
+	assert_int_equal(a.r.outcome, GATE_ADMITTED);
+	struct view_copy v;
+	assert_int_equal(genv_read(&e.ge, "rn", &v), 0);
+	assert_int_equal(v.v.org_limit, 3);
+	assert_int_equal(v.v.org_running, 1);
+	assert_int_equal(genv_release(&e.ge, "rn", id[0]).r.outcome, GATE_FREED);
+	assert_int_equal(rec_run(&e), 0); /* built: nothing more to do */
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.created, 1);
+	assert_int_equal(st.lost, 0);
+
+	/* A :gen of another generation is not "never built": the fleet switches. */
+	assert_true(gate_org_key("rn", "gen", key, sizeof(key)) > 0);
+	genv_cmd(&e.ge, NULL, 0, "SET", key, "e1.other", NULL);
+	assert_int_equal(rec_run(&e), GATE_ELOST);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.lost, 1);
+	assert_int_equal(gp_epoch(admin), epoch + 1);
+	gp_sql(admin, "DELETE FROM organisations WHERE id = 'rn'");
+	env_close(&e);
+}
+
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0", "a1" };
@@ -471,6 +531,7 @@ int main(void)
 		cmocka_unit_test(way_back),
 		cmocka_unit_test(periodic_pass),
 		cmocka_unit_test(controller_switches),
+		cmocka_unit_test(new_org_is_built),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
