@@ -66,8 +66,7 @@ static int fill_campaign(const struct gate_view *v, const struct gate_campaign_v
 
 int gate_capacity_snapshot(const struct gate_view *v, const struct capacity_meta *meta,
 			   uint32_t n_meta, const char *want, struct capacity_org *org,
-			   struct capacity_campaign *cs, uint32_t *agent_running,
-			   uint32_t *n_out)
+			   struct capacity_campaign *cs, uint32_t *agent_running, uint32_t *n_out)
 {
 	uint32_t n = 0;
 	bool found = want == NULL;

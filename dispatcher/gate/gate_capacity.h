@@ -24,7 +24,6 @@
  * agent the view does not list). */
 int gate_capacity_snapshot(const struct gate_view *v, const struct capacity_meta *meta,
 			   uint32_t n_meta, const char *want, struct capacity_org *org,
-			   struct capacity_campaign *cs, uint32_t *agent_running,
-			   uint32_t *n_out);
+			   struct capacity_campaign *cs, uint32_t *agent_running, uint32_t *n_out);
 
 #endif

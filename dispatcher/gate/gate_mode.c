@@ -23,6 +23,10 @@ struct gate_mode_ctl {
 	bool want_switch; /* a switch asked for at s.epoch */
 	bool reading;	  /* a mode read in flight */
 	bool gen_reading; /* a generation read in flight */
+	/* system_settings.gate_generation as read at committed_epoch (0: not read at s.epoch): the
+	 * only {sys}:gen adopted in redis mode at that epoch. */
+	uint64_t committed_epoch;
+	char committed[GATE_PG_GEN_MAX + 1];
 };
 
 static void evaluate(struct gate_mode_ctl *c);
@@ -66,6 +70,17 @@ static void set_mode(struct gate_mode_ctl *c, struct gate_pg_mode m)
 	evaluate(c);
 }
 
+/* A mode read from PostgreSQL carries the generation committed for its epoch (a NOTIFY does
+ * not): the one a redis epoch may be served under. */
+static void learn_generation(struct gate_mode_ctl *c, const struct gate_pg_mode *m)
+{
+	if (m->epoch < c->s.epoch || m->epoch < c->committed_epoch)
+		return;
+	c->committed_epoch = m->epoch;
+	memcpy(c->committed, m->generation, sizeof(c->committed));
+	c->committed[GATE_PG_GEN_MAX] = '\0';
+}
+
 static void retry_cb(uv_timer_t *t)
 {
 	evaluate(t->data);
@@ -91,7 +106,13 @@ static void read_cb(struct gate_pg *pg, int status, const struct gate_pg_switch_
 		return;
 	}
 	c->stats.reads++;
+	if (r->now.epoch < c->s.epoch) {
+		retry_later(c); /* behind what a NOTIFY told: read again */
+		return;
+	}
+	learn_generation(c, &r->now);
 	set_mode(c, r->now);
+	evaluate(c); /* same mode and epoch: the committed generation may be what it waited for */
 }
 
 static void read_mode(struct gate_mode_ctl *c)
@@ -129,6 +150,7 @@ static void switch_cb(struct gate_pg *pg, int status, const struct gate_pg_switc
 		     r->now.epoch);
 	}
 	changed(c, old);
+	learn_generation(c, &r->now);
 	set_mode(c, r->now);
 	evaluate(c);
 }
@@ -152,11 +174,22 @@ static void gen_cb(int status, const char *gen, size_t len, void *data)
 		evaluate(c);
 		return;
 	}
+	if (c->committed_epoch != c->s.epoch) {
+		evaluate(c); /* the epoch moved meanwhile: its committed generation first */
+		return;
+	}
 	n = snprintf(want, sizeof(want), "e%" PRIu64 ".", c->s.epoch);
-	if (!gen || len > GATE_GEN_MAX || len < (size_t)n || memcmp(gen, want, (size_t)n) != 0) {
-		/* Not built for this epoch: the state this epoch was built under is gone. */
-		MLOG(LOG_WARN, "generation %.*s is not epoch %" PRIu64 "'s: state lost",
-		     gen ? (int)len : 6, gen ? gen : "(none)", c->s.epoch);
+	if (!gen || len > GATE_GEN_MAX || len < (size_t)n || memcmp(gen, want, (size_t)n) != 0 ||
+	    len != strlen(c->committed) || memcmp(gen, c->committed, len) != 0) {
+		/* Not the generation the rebuild of this epoch committed: either the state this
+		 * epoch was built under is gone, or a stale reconciler (its transaction lost, its
+		 * lease expired) rebuilt Redis from an older snapshot of the live calls after the
+		 * commit. Neither may be adopted: postgres mode counts from the call rows. */
+		MLOG(LOG_WARN,
+		     "generation %.*s is not the one committed for epoch %" PRIu64
+		     " (%s): state lost",
+		     gen ? (int)len : 6, gen ? gen : "(none)", c->s.epoch,
+		     c->committed[0] ? c->committed : "none recorded");
 		c->want_switch = true;
 		c->stats.triggers++;
 		evaluate(c);
@@ -209,7 +242,11 @@ static void evaluate(struct gate_mode_ctl *c)
 		changed(c, old);
 		return;
 	}
-	if (!c->s.usable)
+	if (c->s.usable)
+		return;
+	if (c->committed_epoch != c->s.epoch)
+		read_mode(c); /* a NOTIFY carries no generation */
+	else
 		read_gen(c);
 }
 

@@ -9,13 +9,16 @@
  *     records, README.md "Generation"), or with no generation at all;
  *   - the worker reports a gate operation that failed with a command deadline (-ETIMEDOUT), a
  *     lost connection (-ENOTCONN, -ECONNRESET) or GATE_ELOST (gate_mode_report()). For
- *     GATE_ELOST it first re-reads the system generation: if it is the one a rebuild wrote for
- *     the current epoch ("e<epoch>." prefix) the worker only missed it, adopts it and does not
- *     switch.
+ *     GATE_ELOST it first re-reads the system generation: if it is exactly the one the rebuild
+ *     of the current epoch committed (system_settings.gate_generation) the worker only missed
+ *     it, adopts it and does not switch; anything else — even "e<epoch>.…", e.g. a stale
+ *     reconciler's writes after another one committed — is a lost state and switches.
  * It follows the mode: the NOTIFYs of the mode channel (gate_mode_notify()), and a re-read on
  * every PostgreSQL up (gate_mode_pg_up()) and after a failed switch (retry_ms). In redis mode it
- * is usable only once the gate's generation is the one of that epoch: entering redis mode it
- * reads dsp:v1:{sys}:gen and gives it to the gate (gate_set_generation()).
+ * is usable only once the gate's generation is the one committed for that epoch: entering redis
+ * mode it reads the committed generation with the mode from PostgreSQL (a NOTIFY carries none,
+ * so it re-reads), then dsp:v1:{sys}:gen, and gives it to the gate (gate_set_generation()) only
+ * when the two are equal; otherwise it switches.
  *
  * The owner wires the events (one connection has one event callback and one pool one state
  * callback, so the owner forwards them). Everything is borrowed; the pool's LISTEN on

@@ -23,8 +23,9 @@ enum stmt_id {
 	ST_WRITE,	/* the call-row write */
 	ST_FENCE,
 	ST_MODE_READ,
-	ST_SWITCH,	/* compare-and-set of the mode and epoch, NOTIFY */
-	ST_SYSTEM_LOCK, /* the system row, FOR UPDATE */
+	ST_SWITCH,	 /* compare-and-set of the mode and epoch, NOTIFY */
+	ST_SWITCH_REDIS, /* the way back's commit: mode redis, epoch + 1, generation, NOTIFY */
+	ST_SYSTEM_LOCK,	 /* the system row, FOR UPDATE */
 	ST_LEASE,
 	ST_ALL_LIVE,
 	ST_ORG_LIVE,

@@ -11,8 +11,19 @@
 
 static int mode_parse(const PGresult *res, int row, struct gate_pg_mode *out)
 {
+	int gen;
+
 	if (!res || PQntuples(res) <= row || PQnfields(res) < 2)
 		return -EPROTO;
+	out->generation[0] = '\0';
+	gen = PQfnumber(res, "gate_generation");
+	if (gen >= 0 && !PQgetisnull(res, row, gen)) {
+		if (PQgetlength(res, row, gen) > GATE_PG_GEN_MAX)
+			return -EPROTO;
+		memcpy(out->generation, PQgetvalue(res, row, gen),
+		       (size_t)PQgetlength(res, row, gen));
+		out->generation[PQgetlength(res, row, gen)] = '\0';
+	}
 	out->mode = strcmp(PQgetvalue(res, row, 0), "postgres") == 0 ? GATE_MODE_POSTGRES
 								     : GATE_MODE_REDIS;
 	out->epoch = strtoull(PQgetvalue(res, row, 1), NULL, 10);
@@ -360,8 +371,8 @@ static void rb_switch_cb(int status, const struct pg_results *r, void *data)
 	rb_free_if_done(rb);
 }
 
-int gate_pg_rebuild_finish(struct gate_pg_rebuild *rb, bool commit, gate_pg_switch_cb cb,
-			   void *data)
+int gate_pg_rebuild_finish(struct gate_pg_rebuild *rb, bool commit, const char *generation,
+			   gate_pg_switch_cb cb, void *data)
 {
 	char seen[24];
 	int rc = 0;
@@ -369,12 +380,18 @@ int gate_pg_rebuild_finish(struct gate_pg_rebuild *rb, bool commit, gate_pg_swit
 	if (!rb || rb->ended)
 		return -EBUSY;
 	rb->ended = true;
+	if (commit && (!generation || !*generation || strlen(generation) > GATE_PG_GEN_MAX)) {
+		/* Nothing to record: the fleet could not adopt the rebuild. */
+		pg_txn_rollback(rb->txn, NULL, NULL);
+		rb_free_if_done(rb);
+		return -EINVAL;
+	}
 	rb->fcb = cb;
 	rb->fdata = data;
 	rb->res.now = rb->mode;
 	gate_pg_ms(seen, rb->seen_epoch);
-	const char *sv[] = { seen, "redis" };
-	struct pg_query q = { .stmt = rb->g->st[ST_SWITCH], .nparams = 2, .values = sv };
+	const char *sv[] = { seen, generation };
+	struct pg_query q = { .stmt = rb->g->st[ST_SWITCH_REDIS], .nparams = 2, .values = sv };
 	if (commit) {
 		rc = pg_txn_exec(rb->txn, &q, rb_switch_cb, rb);
 		if (rc == 0)

@@ -68,6 +68,7 @@ struct reconciler {
 	struct gate_pg_mode mode;
 	PGresult *res[ST_N]; /* copies of the reads of the way back */
 	struct gate_pg_rebuild *rb;
+	char gen[RECONCILE_GEN_MAX + 1]; /* the way back's G, recorded by its commit */
 	const struct gate_pg_live_call *calls;
 	uint32_t n_calls;
 	struct live *lives;
@@ -265,7 +266,7 @@ static void rebuild_finish(struct reconciler *r, bool commit)
 	int rc;
 
 	r->rb = NULL;
-	rc = gate_pg_rebuild_finish(rb, commit, commit ? finish_cb : NULL, r);
+	rc = gate_pg_rebuild_finish(rb, commit, r->gen, commit ? finish_cb : NULL, r);
 	if (!commit) {
 		r->stats.rebuild_failures++;
 		RLOG(LOG_WARN, NULL, "way back rolled back (%s): postgres mode stays",
@@ -431,7 +432,7 @@ static void time_cb(struct redis_conn *conn, int status, redisReply *reply, void
 {
 	struct reconciler *r = data;
 	const PGresult *sys = r->res[ST_SYSTEM];
-	char gen[RECONCILE_GEN_MAX + 1];
+	char *gen = r->gen;
 	uint64_t nonce = 0;
 	int rc;
 
@@ -451,7 +452,7 @@ static void time_cb(struct redis_conn *conn, int status, redisReply *reply, void
 	for (int i = 0; i < 4; i++)
 		nonce = nonce << 16 ^ (uint64_t)(rand() & 0xffff);
 	nonce ^= uv_hrtime();
-	reconcile_generation(r->mode.epoch + 1, nonce, gen, sizeof(gen));
+	reconcile_generation(r->mode.epoch + 1, nonce, gen, sizeof(r->gen));
 	gate_set_generation(r->g, gen);
 	rc = gate_system_init(r->g, u64(sys, 0, 1), (uint32_t)u64(sys, 0, 0), system_init_cb, r);
 	if (rc) {
@@ -480,6 +481,7 @@ static void begin_cb(struct gate_pg_rebuild *rb, int status, const struct gate_p
 	r->rb = rb;
 	r->calls = calls;
 	r->n_calls = n;
+	r->gen[0] = '\0';
 	r->failed = 0;
 	r->pending = 0;
 	r->lives = calloc(n ? n : 1, sizeof(*r->lives));

@@ -202,13 +202,19 @@ static void switch_back(void **state)
 		gate_pg_write(e.g, GATE_MODE_POSTGRES, epoch, 60000, &more, 1, gp_write_cb, &held),
 		0);
 	gp_wait_for(e.lp, admin, "advisory", 1);
-	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, gp_switch_cb, &done), 0);
-	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, gp_switch_cb, &done), -EBUSY);
+	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, "e2.test", gp_switch_cb, &done), 0);
+	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, "e2.test", gp_switch_cb, &done),
+			 -EBUSY);
 	fixture_run_until_count(e.lp, &done.calls, 1, 60000);
 	assert_int_equal(done.status, 0);
 	assert_true(done.r.switched);
 	assert_int_equal(done.r.now.mode, GATE_MODE_REDIS);
 	assert_int_equal(done.r.now.epoch, epoch + 1);
+	/* The commit records the rebuild's generation with the mode and epoch (issue 8). */
+	assert_string_equal(done.r.now.generation, "e2.test");
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM system_settings WHERE"
+				       " gate_generation = 'e2.test'"),
+			 1);
 	/* ... and is refused once the mode is back: it was decided under the old epoch. */
 	fixture_run_until_count(e.lp, &held.calls, 1, 60000);
 	assert_int_equal(held.out[0], GATE_PG_STALE_EPOCH);
@@ -230,7 +236,7 @@ static void switch_back(void **state)
 	rebuild_begin_sync(&e, epoch, "rec-1", 3, &p);
 	assert_int_equal(p.status, 0);
 	/* The Redis rebuild failed: roll back, the fleet stays in postgres mode. */
-	assert_int_equal(gate_pg_rebuild_finish(p.rb, false, gp_switch_cb, &rolled), 0);
+	assert_int_equal(gate_pg_rebuild_finish(p.rb, false, NULL, gp_switch_cb, &rolled), 0);
 	fixture_run_until_count(e.lp, &rolled.calls, 1, 60000);
 	assert_int_equal(rolled.status, 0);
 	assert_false(rolled.r.switched);
@@ -242,7 +248,7 @@ static void switch_back(void **state)
 	rebuild_begin_sync(&e, epoch, "rec-1", 3, &p);
 	assert_int_equal(p.status, 0);
 	memset(&done, 0, sizeof(done));
-	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, gp_switch_cb, &done), 0);
+	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, "e2.test", gp_switch_cb, &done), 0);
 	fixture_run_until_count(e.lp, &done.calls, 1, 60000);
 	assert_true(done.r.switched);
 	gp_sql(admin, "UPDATE calls SET state = 'ended', ended_at = now() WHERE org_id = 'md'");

@@ -2,7 +2,8 @@
  * Redis: the way back rebuilds Redis from the live call rows and sets redis mode; the periodic
  * pass releases ended rows, keeps young records (a write held on a lock the test holds), fences
  * old orphans; the controller switches the fleet on a lost state (FLUSHALL) and on Redis stopped,
- * and adopts the rebuilt generation. Single process; overlaps made certain with locks. */
+ * adopts the rebuilt generation, and only the one the rebuild's commit recorded (a stale
+ * reconciler's is a lost state). Single process; overlaps made certain with locks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -503,6 +504,76 @@ static void new_org_is_built(void **state)
 	env_close(&e);
 }
 
+static bool settled(void *arg)
+{
+	struct gate_mode_state s;
+
+	gate_mode_get(((struct env *)arg)->ctl, &s);
+	return s.usable && !s.switching;
+}
+
+/* A stale reconciler (issue 8 review): reconciler A paused after starting its way back, its
+ * transaction timed out and its lease expired; B rebuilt and committed redis mode at epoch E
+ * and the worker admitted. A resumes: its queued system init and org rebuilds write an older
+ * snapshot under its own e<E>.… generation. The worker's next admission answers GATE_ELOST; it
+ * must not adopt A's generation (it has the right epoch prefix, but it is not the one committed
+ * with epoch E): it switches the fleet to postgres mode, which counts from the call rows. */
+static void stale_reconciler_not_adopted(void **state)
+{
+	struct env e;
+	char id[3][37], stale[64], key[128], got[80];
+	struct gate_mode_stats before, after;
+	struct gate_mode_state s;
+	long long epoch;
+	PGresult *res;
+
+	(void)state;
+	reset();
+	env_open(&e, 2000);
+	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
+	epoch = gp_epoch(admin);
+	gate_mode_pg_up(e.ctl);
+	wait_mode(&e, GATE_MODE_POSTGRES, epoch);
+	insert_call(gp_uuid(id[0], 500), "ra", 0, "dialing"); /* in both snapshots */
+	assert_int_equal(rec_run(&e), 0);		      /* B's way back */
+	wait_mode(&e, GATE_MODE_REDIS, ++epoch);
+	/* The commit recorded B's generation, the one in Redis. */
+	genv_cmd(&e.ge, got, sizeof(got), "GET", GATE_SYS_GEN_KEY, NULL);
+	res = fixture_sql(admin, "SELECT gate_generation FROM system_settings");
+	assert_string_equal(PQgetvalue(res, 0, 0), got);
+	PQclear(res);
+	struct admit_out a = genv_admit(&e.ge, "ra", gp_uuid(id[1], 501), "ra_c0");
+	assert_int_equal(a.status, 0);
+	assert_int_equal(a.r.outcome, GATE_ADMITTED); /* after B's commit: not in A's snapshot */
+
+	/* A's late writes: its generation for epoch E, and ra rebuilt from its older snapshot. */
+	snprintf(stale, sizeof(stale), "e%lld.00000000stale000", epoch);
+	assert_int_not_equal(strcmp(stale, got), 0);
+	genv_cmd(&e.ge, NULL, 0, "SET", GATE_SYS_GEN_KEY, stale, NULL);
+	assert_true(gate_org_key("ra", "gen", key, sizeof(key)) > 0);
+	genv_cmd(&e.ge, NULL, 0, "SET", key, stale, NULL);
+	assert_true(gate_org_key("ra", "slots", key, sizeof(key)) > 0);
+	genv_cmd(&e.ge, NULL, 0, "HDEL", key, id[1], NULL);
+
+	gate_mode_get_stats(e.ctl, &before);
+	a = genv_admit(&e.ge, "ra", gp_uuid(id[2], 502), "ra_c0");
+	assert_int_equal(a.status, GATE_ELOST);
+	gate_mode_report(e.ctl, (uint64_t)epoch, a.status);
+	gate_mode_get(e.ctl, &s);
+	assert_false(s.usable);
+	fixture_run_until(&e.ge.loop, settled, &e, 60000);
+	gate_mode_get(e.ctl, &s);
+	gate_mode_get_stats(e.ctl, &after);
+	assert_int_equal(after.adopted, before.adopted); /* A's generation not adopted */
+	assert_int_equal(s.mode, GATE_MODE_POSTGRES);	 /* state lost: the fleet switched */
+	assert_int_equal((long long)s.epoch, epoch + 1);
+	assert_int_equal(gp_epoch(admin), epoch + 1);
+	assert_int_equal(after.switches, before.switches + 1);
+	env_close(&e);
+}
+
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0", "a1" };
@@ -532,6 +603,7 @@ int main(void)
 		cmocka_unit_test(periodic_pass),
 		cmocka_unit_test(controller_switches),
 		cmocka_unit_test(new_org_is_built),
+		cmocka_unit_test(stale_reconciler_not_adopted),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
