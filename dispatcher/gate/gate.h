@@ -199,8 +199,9 @@ struct gate_view {
 	bool floors_valid;
 	uint32_t system_limit;
 	uint32_t system_running;
-	uint32_t slots;				    /* slot records (live calls) */
-	uint32_t waiters;			    /* waiter records */
+	uint64_t system_version; /* of the installed system limit (limits_version); 0: none */
+	uint32_t slots;		 /* slot records (live calls) */
+	uint32_t waiters;	 /* waiter records */
 	const struct gate_campaign_view *campaigns; /* sorted by id, "*" (direct) first */
 	uint32_t n_campaigns;
 	const struct gate_agent_view *agents; /* sorted by id */

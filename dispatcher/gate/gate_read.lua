@@ -4,7 +4,8 @@
 -- ARGV: gen
 -- Reply: {now_ms, limits_version, org_limit, per_agent, enforced, running, shortfall, waiting,
 --         floors_version, floors_expire_ms, floors_valid, direct_reserve, system_limit,
---         system_running, slots, waiters, campaigns, agents}
+--         system_running, slots, waiters, campaigns, agents, system_version}
+--   system_version: the version of the installed system limit (gate_system.lua), 0: none
 --   campaigns: flat {id, running, floor, ceiling, agent, known}, sorted by id ("*" = direct
 --              first), per campaign record (limits installed, a floor, or running calls);
 --              ceiling 0 = none; known 1 when the campaign has limits installed
@@ -45,10 +46,10 @@ local fd = 1
 if valid and camps['*'] and camps['*'][2] > 1 then
 	fd = camps['*'][2]
 end
-local sys_limit, sys_running = 0, 0
+local sys_limit, sys_running, sys_version = 0, 0, 0
 local sv = redis.call('HGET', sys, 'v')
 if sv then
-	sys_limit, sys_running = struct.unpack(SF, sv)
+	sys_limit, sys_running, sys_version = struct.unpack(SF, sv)
 end
 
 table.sort(corder)
@@ -67,4 +68,4 @@ for _, a in ipairs(aorder) do
 end
 return {now, o[7], o[1], o[2], o[3], o[4], o[5], o[6], o[8], o[9], valid and 1 or 0,
 	math.min(o[6], fd), sys_limit, sys_running, redis.call('HLEN', slots),
-	redis.call('HLEN', wait), cs, as}
+	redis.call('HLEN', wait), cs, as, sys_version}

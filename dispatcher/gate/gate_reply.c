@@ -272,10 +272,11 @@ static int parse_view_lists(const struct gate_req *req, const redisReply *cs, co
 
 static int parse_view(const struct gate_req *req, const redisReply *r, struct gate_view *v)
 {
-	long long n[16];
+	long long n[16], sys_version;
 
 	memset(v, 0, sizeof(*v));
-	if (r->type != REDIS_REPLY_ARRAY || r->elements != 18 || !ints(r, 0, n, 16))
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 19 || !ints(r, 0, n, 16) ||
+	    !int_at(r, 18, &sys_version) || sys_version < 0)
 		return gate_reply_malformed(req, "read");
 	*v = (struct gate_view){
 		.now_ms = (uint64_t)n[0],
@@ -292,6 +293,7 @@ static int parse_view(const struct gate_req *req, const redisReply *r, struct ga
 		.direct_reserve = (uint32_t)n[11],
 		.system_limit = (uint32_t)n[12],
 		.system_running = (uint32_t)n[13],
+		.system_version = (uint64_t)sys_version,
 		.slots = (uint32_t)n[14],
 		.waiters = (uint32_t)n[15],
 	};

@@ -60,7 +60,7 @@ struct refresher {
 	refresher_step_cb cb;
 	void *cb_data;
 	int status;
-	uint64_t lease_version, seq, sys_version;
+	uint64_t lease_version, seq;
 	uint64_t lease_sent;	 /* uv_hrtime() when the last renew was sent */
 	uint64_t lease_deadline; /* uv_hrtime() past which the lease may have run out */
 	bool new_tenure;
@@ -78,6 +78,7 @@ struct refresher {
 	struct vec text, camps, direct; /* direct: 0 or 1 carry */
 	struct vec vtext, vcamps, vagents;
 	uint64_t v_limits_version, v_floors_version;
+	uint64_t v_system_version; /* the system limit's version Redis holds (this cycle's read) */
 	uint32_t v_k, v_system_running, v_direct_running, v_direct_floor;
 	uint64_t version; /* floors version of this org's install */
 	bool delta_sent;  /* the Redis install in flight is a delta */
@@ -443,6 +444,7 @@ static int view_copy(struct refresher *r, const struct gate_view *v)
 	r->v_limits_version = v->limits_version;
 	r->v_k = v->direct_waiting;
 	r->v_system_running = v->system_running;
+	r->v_system_version = v->system_version;
 	r->v_floors_version = v->floors_version;
 	r->v_direct_running = r->v_direct_floor = 0;
 	r->vtext.n = r->vcamps.n = r->vagents.n = 0;
@@ -760,13 +762,15 @@ static void system_cb(struct gate *g, int status, const struct gate_install_resu
 	}
 	if (res->applied)
 		r->stats.system_installs++;
-	r->sys_version = (uint64_t)r->sys_limits_version;
 	install_limits(r);
 }
 
+/* The system limit is installed when PostgreSQL's version is newer than the one Redis holds
+ * (this org's gate_read), as the org limits are: not from the refresher's memory, which a
+ * rebuild from older limits (or another refresher) makes wrong. */
 static void install_system(struct refresher *r)
 {
-	if (r->sys_limits_version < 1 || (uint64_t)r->sys_limits_version == r->sys_version) {
+	if (r->sys_limits_version < 1 || (uint64_t)r->sys_limits_version <= r->v_system_version) {
 		install_limits(r);
 		return;
 	}

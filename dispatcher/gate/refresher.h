@@ -28,9 +28,10 @@
  *      agent and the waiting direct dials k;
  *   2. fairshare_recompute() with the carry (work area allocated once, grown when needed);
  *   3. install, unless the lease may have run out since its renew (local monotonic clock from
- *      the renew's send; then the tenure ends): the system limit when its version moved since
- *      this refresher last installed it, the org's limits when PostgreSQL's limits_version is
- *      newer than the gate's, then the floors in PostgreSQL first (gate_pgmode_install_floors():
+ *      the renew's send; then the tenure ends): the system limit when PostgreSQL's
+ *      system_settings.limits_version is newer than the one the gate holds (gate_read's
+ *      system_version: a rebuild from older limits is repaired, issue 8), the org's limits when
+ *      PostgreSQL's limits_version is newer than the gate's, then the floors in PostgreSQL first (gate_pgmode_install_floors():
  *      the floors with the exact carry and active flag, and fair_share_installs, in one batch)
  *      and, only once PostgreSQL accepted the version, in Redis (TTL floors_ttl_ms): a delta
  *      (gate_install_floors_delta()) against the floors this cycle's gate_read saw installed

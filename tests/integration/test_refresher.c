@@ -313,6 +313,72 @@ static void test_limit_change(void **state)
 	side_close(&s, &env);
 }
 
+struct sys_watch {
+	struct gate_env *e;
+	uint32_t limit;	     /* wait for this system limit in Redis... */
+	struct refresher *r; /* ...or for this refresher's cycles */
+	uint64_t cycles;
+};
+
+static bool sys_limit_seen(void *arg)
+{
+	struct sys_watch *w = arg;
+	struct view_copy v;
+	return genv_read(w->e, "os", &v) == 0 && v.v.system_limit == w->limit;
+}
+
+static bool cycles_done(void *arg)
+{
+	struct sys_watch *w = arg;
+	struct refresher_stats st;
+	refresher_get_stats(w->r, &st);
+	return st.cycles >= w->cycles;
+}
+
+/* A system-limit change must not be lost at a rebuild (issue 8 review): the refresher installs
+ * the system limit; then Redis gets an older system limit and version behind its back (as a
+ * way back built from limits read before the change writes them). The next cycles must
+ * install PostgreSQL's value again — decided from the version Redis holds, not from the
+ * refresher's memory of what it installed. */
+static void test_system_limit_restored(void **state)
+{
+	(void)state;
+	seed("os", 2, 10);
+	gp_sql(admin, "UPDATE system_settings SET global_limit = 500,"
+		      " limits_version = limits_version + 1");
+	struct refresher_options o = { .owner = "S", .period_ms = 100, .lease_ms = 3000 };
+	struct side s;
+	side_open(&s, &env, "refr-s", 1, &o);
+	assert_int_equal(refresher_start(s.r[0]), 0);
+	struct sys_watch w = { .e = &env, .limit = 500, .r = s.r[0] };
+	fixture_run_until(&env.loop, sys_limit_seen, &w, 60000);
+
+	/* The rebuild's system init: the old limit 1000 at the old version 1. */
+	genv_cmd(&env, NULL, 0, "EVAL",
+		 "local raw = redis.call('HGET', KEYS[1], 'v')"
+		 " local _, running = struct.unpack('<I4I4d', raw)"
+		 " redis.call('HSET', KEYS[1], 'v', struct.pack('<I4I4d', tonumber(ARGV[1]),"
+		 " running, tonumber(ARGV[2]))) return 1",
+		 "1", GATE_SYS_STATE_KEY, "1000", "1", NULL);
+	struct view_copy v;
+	assert_int_equal(genv_read(&env, "os", &v), 0);
+	assert_int_equal(v.v.system_limit, 1000);
+	assert_int_equal(v.v.system_version, 1);
+
+	/* Two more cycles: the one in progress may have read before the write, the next not. */
+	struct refresher_stats st;
+	refresher_get_stats(s.r[0], &st);
+	w.cycles = st.cycles + 2;
+	fixture_run_until(&env.loop, cycles_done, &w, 60000);
+	assert_int_equal(genv_read(&env, "os", &v), 0);
+	assert_int_equal(v.v.system_limit, 500);
+	assert_int_equal((long long)v.v.system_version,
+			 gp_int(admin, "SELECT limits_version FROM system_settings"));
+	side_close(&s, &env);
+	gp_sql(admin, "UPDATE system_settings SET global_limit = 1000,"
+		      " limits_version = limits_version + 1");
+}
+
 /* Redis and PostgreSQL hold the same floors for org (every campaign of 0..n-1). */
 static void floors_agree(const char *org, int n)
 {
@@ -835,6 +901,7 @@ int main(void)
 		cmocka_unit_test(test_install_wakes_waiter),  cmocka_unit_test(test_limit_change),
 		cmocka_unit_test(test_fenced_writes_nothing), cmocka_unit_test(test_long_cycle),
 		cmocka_unit_test(test_delta_fallback),	      cmocka_unit_test(test_takeover),
+		cmocka_unit_test(test_system_limit_restored),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
