@@ -22,6 +22,7 @@ struct gate_mode_ctl {
 	bool started, closing, timer_closed;
 	bool want_switch; /* a switch asked for at s.epoch */
 	bool reading;	  /* a mode read in flight */
+	bool reread;	  /* asked for while reading: that read may predate the change */
 	bool gen_reading; /* a generation read in flight */
 	/* system_settings.gate_generation as read at committed_epoch (0: not read at s.epoch): the
 	 * only {sys}:gen adopted in redis mode at that epoch. */
@@ -30,6 +31,7 @@ struct gate_mode_ctl {
 };
 
 static void evaluate(struct gate_mode_ctl *c);
+static void read_mode(struct gate_mode_ctl *c);
 
 static void maybe_free(struct gate_mode_ctl *c)
 {
@@ -106,6 +108,10 @@ static void read_cb(struct gate_pg *pg, int status, const struct gate_pg_switch_
 		return;
 	}
 	c->stats.reads++;
+	if (c->reread) {
+		c->reread = false;
+		read_mode(c); /* after this one's result */
+	}
 	if (r->now.epoch < c->s.epoch) {
 		retry_later(c); /* behind what a NOTIFY told: read again */
 		return;
@@ -117,8 +123,10 @@ static void read_cb(struct gate_pg *pg, int status, const struct gate_pg_switch_
 
 static void read_mode(struct gate_mode_ctl *c)
 {
-	if (c->reading)
+	if (c->reading) {
+		c->reread = true;
 		return;
+	}
 	if (gate_pg_read_mode(c->o.pg, read_cb, c)) {
 		retry_later(c);
 		return;
