@@ -24,6 +24,11 @@ struct gate_mode_ctl {
 	bool reading;	  /* a mode read in flight */
 	bool reread;	  /* asked for while reading: that read may predate the change */
 	bool gen_reading; /* a generation read in flight */
+	/* The worker's Redis connection has reported up at least once. Before that, a failed
+	 * generation read is a connection still being made, not Redis unreachable: the controller
+	 * waits (GRACE_TRIES retries) rather than switch the fleet at every worker's start. */
+	bool redis_seen_up;
+	unsigned unseen_tries;
 	/* system_settings.gate_generation as read at committed_epoch (0: not read at s.epoch): the
 	 * only {sys}:gen adopted in redis mode at that epoch. */
 	uint64_t committed_epoch;
@@ -32,6 +37,22 @@ struct gate_mode_ctl {
 
 static void evaluate(struct gate_mode_ctl *c);
 static void read_mode(struct gate_mode_ctl *c);
+static void retry_later(struct gate_mode_ctl *c);
+
+/* Retries while the connection has never been up: 8 x retry_ms (4 s by default), longer than
+ * one connect attempt, so a worker that starts beside a live Redis never switches the fleet; a
+ * Redis that is really down is still noticed after it. */
+#define GRACE_TRIES 8
+
+/* True when a failed generation read should wait for the first up instead of switching. */
+static bool wait_first_up(struct gate_mode_ctl *c)
+{
+	if (c->redis_seen_up || c->unseen_tries >= GRACE_TRIES)
+		return false;
+	c->unseen_tries++;
+	retry_later(c);
+	return true;
+}
 
 static void maybe_free(struct gate_mode_ctl *c)
 {
@@ -176,6 +197,8 @@ static void gen_cb(int status, const char *gen, size_t len, void *data)
 	if (c->s.mode != GATE_MODE_REDIS || c->s.usable)
 		return;
 	if (status) {
+		if (wait_first_up(c))
+			return;
 		/* Redis unreachable in redis mode: the switch rule. */
 		c->want_switch = true;
 		c->stats.triggers++;
@@ -216,6 +239,8 @@ static void read_gen(struct gate_mode_ctl *c)
 	if (c->gen_reading)
 		return;
 	if (gate_read_generation(c->o.gate, gen_cb, c)) {
+		if (wait_first_up(c))
+			return;
 		c->want_switch = true; /* connection down */
 		c->stats.triggers++;
 		evaluate(c);
@@ -312,6 +337,8 @@ void gate_mode_redis_event(struct gate_mode_ctl *c, const struct redis_conn_even
 {
 	if (c->closing)
 		return;
+	if (ev->type == REDIS_CONN_UP)
+		c->redis_seen_up = true;
 	if (ev->type == REDIS_CONN_DOWN) {
 		trigger(c, c->s.epoch, "Redis connection down");
 	} else if (ev->type == REDIS_CONN_UP && ev->new_server) {
