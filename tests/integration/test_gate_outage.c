@@ -80,6 +80,7 @@ struct shm {
 	atomic_int freeze, stop;
 	atomic_int parked[WORKERS], finished[WORKERS];
 	atomic_int mode[WORKERS], usable[WORKERS];
+	atomic_int redis_ups[WORKERS]; /* each worker's Redis connection: ups so far */
 	atomic_llong epoch[WORKERS];
 	atomic_long admitted[2]; /* by the mode admitted in */
 	atomic_long refused, lease_lost, stale, not_held, transport, errors;
@@ -136,6 +137,13 @@ static uint32_t rnd(struct worker *w, uint32_t n)
 	w->rng ^= w->rng >> 7;
 	w->rng ^= w->rng << 17;
 	return (uint32_t)(w->rng % n);
+}
+
+/* Diagnostics (issue 8): every non-zero admission/write status with its call id. */
+static void diag(struct lane *l, const char *what, const char *detail)
+{
+	fprintf(stderr, "outage diag %.3f w%d lane %d call %s: %s %s\n", mono_ns() / 1e9,
+		l->w->id, l->idx, l->call, what, detail);
 }
 
 static void fail_worker(struct worker *w, const char *what, int status)
@@ -286,6 +294,7 @@ static void write_cb(struct gate_pg *g, const enum gate_pg_outcome *out, uint32_
 		admitted(l);
 		return;
 	}
+	diag(l, "redis-mode write", gate_pg_outcome_name(out[0]));
 	if (out[0] == GATE_PG_STALE_EPOCH)
 		atomic_fetch_add(&sh->stale, 1);
 	else if (out[0] == GATE_PG_LEASE_LOST)
@@ -310,6 +319,7 @@ static void admit_cb(struct gate *g, int status, const struct gate_admit_result 
 
 	(void)g;
 	if (status) {
+		diag(l, "redis admit status", dsp_strerror(status));
 		atomic_fetch_add(&sh->transport, 1);
 		gate_mode_report(w->ctl, l->epoch, status);
 		lane_next(l, 5);
@@ -338,6 +348,10 @@ static void pgmode_cb(struct gate_pg *g, int status, const struct gate_pgmode_an
 	struct lane *l = data;
 
 	(void)g;
+	if (status)
+		diag(l, "pgmode admit status", dsp_strerror(status));
+	else if (a->results[0].outcome == GATE_PGMODE_NOT_WRITTEN)
+		diag(l, "pgmode not written", gate_pg_outcome_name(a->results[0].write));
 	if (status == -ESTALE) {
 		atomic_fetch_add(&sh->stale, 1);
 		gate_mode_pg_up(l->w->ctl); /* re-read the mode (the NOTIFY may still be coming) */
@@ -490,6 +504,8 @@ static void w_redis_event(struct redis_conn *conn, const struct redis_conn_event
 	struct worker *w = data;
 
 	(void)conn;
+	if (ev->type == REDIS_CONN_UP)
+		atomic_fetch_add(&sh->redis_ups[w->id], 1);
 	if (w->ctl)
 		gate_mode_redis_event(w->ctl, ev);
 }
@@ -776,6 +792,17 @@ static long wait_admitted(struct env *e, enum gate_mode mode, long n)
 	return atomic_load(&sh->admitted[mode]);
 }
 
+/* Every worker's Redis connection came up since the counts in arg were taken. */
+static bool workers_redis_up(void *arg)
+{
+	const int *before = arg;
+
+	for (int i = 0; i < WORKERS; i++)
+		if (atomic_load(&sh->redis_ups[i]) <= before[i])
+			return false;
+	return true;
+}
+
 static bool all_parked(void *arg)
 {
 	(void)arg;
@@ -1035,7 +1062,7 @@ static void outage(enum fault fault)
 		pids[i] = fork();
 		assert_true(pids[i] >= 0);
 		if (pids[i] == 0) {
-			log_set_level(LOG_ERROR);
+			log_set_level(LOG_WARN);
 			_exit(worker_main(i));
 		}
 	}
@@ -1056,6 +1083,10 @@ static void outage(enum fault fault)
 	assert_int_equal(gp_epoch(admin), e0 + 1);
 	a1 = atomic_load(&sh->admitted[GATE_MODE_REDIS]);
 
+	int redis_ups[WORKERS];
+	for (int i = 0; i < WORKERS; i++)
+		redis_ups[i] = atomic_load(&sh->redis_ups[i]);
+
 	/* Phase 2: postgres mode. */
 	p2 = wait_admitted(&e, GATE_MODE_POSTGRES, PHASE_N);
 	assert_int_equal(gp_epoch(admin), e0 + 1);
@@ -1065,15 +1096,22 @@ static void outage(enum fault fault)
 		int ups = e.ge.ups;
 		assert_int_equal(embedded_redis_start(&svc), 0);
 		fixture_run_until_count(&e.ge.loop, &e.ge.ups, ups + 1, WAIT_MS);
+		/* Every worker's connection too: one that comes up on the restarted server only
+		 * after the rebuild set redis mode sees a new server (run_id) and, by design,
+		 * switches the fleet to postgres mode again (gate_mode.h). */
+		fixture_run_until(&e.ge.loop, workers_redis_up, redis_ups, WAIT_MS);
 	}
 	/* The way back, with the workers frozen: their live calls are held, nothing moves. */
 	freeze(&e);
+	fprintf(stderr, "outage diag %.3f test: all parked\n", mono_ns() / 1e9);
 	live_oa = live_rows("oa");
 	live_ob = live_rows("ob");
 	/* The frozen live calls, kept to name any row that turns live while frozen. */
 	gp_sql(admin, "DROP TABLE IF EXISTS outage_frozen");
 	gp_sql(admin, "CREATE TABLE outage_frozen AS SELECT id FROM calls"
 		      " WHERE state IN ('dialing', 'live', 'unknown')");
+	fprintf(stderr, "outage diag %.3f test: rebuild starts (live oa %lld ob %lld)\n",
+		mono_ns() / 1e9, live_oa, live_ob);
 	assert_int_equal(rec_run(&e), 0);
 	PGresult *d = fixture_sql(admin, "SELECT id, gate_mode, gate_epoch, created_at FROM calls"
 					 " WHERE state IN ('dialing', 'live', 'unknown')"
