@@ -142,8 +142,8 @@ static uint32_t rnd(struct worker *w, uint32_t n)
 /* Diagnostics (issue 8): every non-zero admission/write status with its call id. */
 static void diag(struct lane *l, const char *what, const char *detail)
 {
-	fprintf(stderr, "outage diag %.3f w%d lane %d call %s: %s %s\n", mono_ns() / 1e9,
-		l->w->id, l->idx, l->call, what, detail);
+	fprintf(stderr, "outage diag %.3f w%d lane %d call %s: %s %s\n", mono_ns() / 1e9, l->w->id,
+		l->idx, l->call, what, detail);
 }
 
 static void fail_worker(struct worker *w, const char *what, int status)
@@ -342,8 +342,7 @@ static void admit_cb(struct gate *g, int status, const struct gate_admit_result 
 	}
 }
 
-static void pgmode_cb(struct gate_pg *g, int status, const struct gate_pgmode_answer *a,
-		      void *data)
+static void pgmode_cb(struct gate_pg *g, int status, const struct gate_pgmode_answer *a, void *data)
 {
 	struct lane *l = data;
 
@@ -1015,8 +1014,7 @@ static size_t replay(const struct rec *r, size_t n)
 	print_message("replayed %zu calls: max system %d/%d, oa %d/%d, ob %d/%d, agent %d/%d,"
 		      " oa_c0 %d/%d\n",
 		      calls, max_sys, SYS_LIMIT, max_org[0], orgs[0].org_limit, max_org[1],
-		      orgs[1].org_limit, max_agent, orgs[0].per_agent, max_c0,
-		      orgs[0].ceiling[0]);
+		      orgs[1].org_limit, max_agent, orgs[0].per_agent, max_c0, orgs[0].ceiling[0]);
 	free(ev);
 	free(ends);
 	free(t1);
@@ -1031,7 +1029,8 @@ static void reset(void)
 	gp_sql(admin, "DELETE FROM gate_fences");
 	gp_sql(admin, "UPDATE leases SET owner = NULL, lease_until = '-infinity'"
 		      " WHERE name = 'reconciler'");
-	gp_sql(admin, "UPDATE contacts SET state = 'claimed', lease_until = now() + interval '1 hour'");
+	gp_sql(admin,
+	       "UPDATE contacts SET state = 'claimed', lease_until = now() + interval '1 hour'");
 	memset(sh, 0, sizeof(*sh));
 }
 
@@ -1168,11 +1167,10 @@ static void outage(enum fault fault)
 		      " refused %ld, stale %ld, lease lost %ld, not held %ld, transport %ld;"
 		      " reconciler released %llu fenced %llu missing %llu\n",
 		      fault == FAULT_STOP ? "redis stopped" : "FLUSHALL", e0, e0 + 1, e0 + 2, a1,
-		      p2, a3, live_oa, live_ob, atomic_load(&sh->refused),
-		      atomic_load(&sh->stale), atomic_load(&sh->lease_lost),
-		      atomic_load(&sh->not_held), atomic_load(&sh->transport),
-		      (unsigned long long)st.released, (unsigned long long)st.fenced,
-		      (unsigned long long)st.missing);
+		      p2, a3, live_oa, live_ob, atomic_load(&sh->refused), atomic_load(&sh->stale),
+		      atomic_load(&sh->lease_lost), atomic_load(&sh->not_held),
+		      atomic_load(&sh->transport), (unsigned long long)st.released,
+		      (unsigned long long)st.fenced, (unsigned long long)st.missing);
 	/* Nothing left for the reconciler: the workers' own releases freed every record. */
 	assert_int_equal(st.released + st.fenced + st.missing, 0);
 	free(r);
@@ -1204,8 +1202,9 @@ static int setup(void **state)
 	assert_true(sh != MAP_FAILED);
 	fixture_start(&svc, true, true, false, true);
 	admin = fixture_pg(&svc);
-	gp_sql(admin, "UPDATE system_settings SET global_limit = %d,"
-		      " limits_version = limits_version + 1",
+	gp_sql(admin,
+	       "UPDATE system_settings SET global_limit = %d,"
+	       " limits_version = limits_version + 1",
 	       SYS_LIMIT);
 	gp_seed_org(admin, "oa", orgs[0].org_limit, orgs[0].per_agent, 3, a_agents, a_ceil,
 		    CONTACTS);
