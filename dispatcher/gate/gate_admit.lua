@@ -28,6 +28,8 @@
 -- Records (README.md "Records"): org OF, campaign CF + agent id, agent AF, system SF, one second
 -- of the rolling minute RF, totals TF.
 
+-- @include gate_acquire.lua.inc
+
 local OF = '<I4I4BI4dI4dddddI4I4I4I4I4I4I4'
 local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
 local RF, TF = '<dI4I4I4I4I4I4I4', '<ddddddd'
@@ -250,10 +252,6 @@ if srun >= COUNT_MAX or orun >= COUNT_MAX or r >= COUNT_MAX or agr >= COUNT_MAX 
 	redis.call('HSET', state, unpack(set))
 	return redis.error_reply('GATE OVERFLOW')
 end
-if not direct and r < f then
-	S = S - 1
-	ags = ags - 1 -- a batch call's agent is its campaign's (ag == sag)
-end
 local wrec = redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
 if wrec then -- a waiter admitted: its registration withdrawn, its wake (if any) consumed
 	local wc, since = string.match(wrec, '^([^|]*)|(%d+)')
@@ -267,23 +265,14 @@ if wrec then -- a waiter admitted: its registration withdrawn, its wake (if any)
 	end
 	reply[5] = -1
 end
-if not direct then
-	redis.call('ZADD', KEYS[8], 'XX', r + 1 - f, c) -- its place in the waking order
-end
-local orec = struct.pack(OF, L, pa, en, orun + 1, S, k, lver, fver, fexp, clock, sec, n1, n2, n3,
-	n4, n5, n6, n7)
-local crec = struct.pack(CF, r + 1, f, ceil, known) .. sag
+local extra = {}
 if set[3] then -- a second was moved to the rolling minute
-	redis.call('HSET', state, set[3], set[4], set[5], set[6])
+	extra = {set[3], set[4], set[5], set[6]}
 end
-if ag ~= '' then
-	redis.call('HSET', state, 'org', orec, 'c:' .. c, crec, 'a:' .. ag,
-		struct.pack(AF, agr + 1, ags))
-else
-	redis.call('HSET', state, 'org', orec, 'c:' .. c, crec)
-end
-redis.call('HSET', slots, call, c .. '|' .. ag .. '|' .. string.format('%d', now))
-redis.call('HSET', sys, 'v', struct.pack(SF, slim, srun + 1, sver))
+ga_take({state = state, slots = slots, sys = sys, wc = KEYS[8], call = call, c = c, ag = ag,
+	taken = now, r = r, f = f, ceil = ceil, known = known, sag = sag, agr = agr, ags = ags,
+	slim = slim, srun = srun, sver = sver, extra = extra},
+	{L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4, n5, n6, n7})
 reply[1] = 1
 reply[2] = c
 return reply

@@ -11,12 +11,19 @@
 #include <string.h>
 
 #define SLOTS_SCRIPT "gate_slots.lua"
+#define ADD_SCRIPT   "gate_slot_add.lua"
 
 extern const struct embedded_file gate_recon_lua[];
 extern const size_t gate_recon_lua_count;
 
 struct slots_req {
 	gate_slots_cb cb;
+	void *data;
+	char org[GATE_ID_MAX + 1];
+};
+
+struct add_req {
+	gate_slot_add_cb cb;
 	void *data;
 	char org[GATE_ID_MAX + 1];
 };
@@ -28,11 +35,18 @@ struct gen_req {
 
 int gate_recon_scripts_register(struct redis_scripts *reg)
 {
-	for (size_t i = 0; i < gate_recon_lua_count; i++)
-		if (strcmp(gate_recon_lua[i].name, SLOTS_SCRIPT) == 0)
-			return redis_scripts_add(reg, &gate_recon_lua[i], REDIS_SCRIPT_GUARDED,
-						 NULL);
-	return -ENOENT;
+	int n = 0, rc;
+
+	for (size_t i = 0; i < gate_recon_lua_count; i++) {
+		if (strcmp(gate_recon_lua[i].name, SLOTS_SCRIPT) != 0 &&
+		    strcmp(gate_recon_lua[i].name, ADD_SCRIPT) != 0)
+			continue;
+		rc = redis_scripts_add(reg, &gate_recon_lua[i], REDIS_SCRIPT_GUARDED, NULL);
+		if (rc)
+			return rc;
+		n++;
+	}
+	return n == 2 ? 0 : -ENOENT;
 }
 
 static int copy_id(char *dst, const char *s, size_t n)
@@ -149,6 +163,71 @@ int gate_slots_read(struct gate *g, const struct redis_scripts *reg, const char 
 	argv[1] = key_slots;
 	argv[2] = g->gen;
 	rc = redis_conn_evalsha(g->conn, script, slots_reply_cb, req, 3, argv, NULL);
+	if (rc)
+		free(req);
+	return rc;
+}
+
+static void add_reply_cb(struct redis_conn *conn, int status, redisReply *reply, void *data)
+{
+	struct add_req *req = data;
+	bool added = false;
+
+	(void)conn;
+	if (!status && reply->type == REDIS_REPLY_ERROR)
+		status = redis_reply_is_stale_generation(reply) ? GATE_ELOST : DSP_EREDIS;
+	else if (!status && (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+			     reply->element[0]->type != REDIS_REPLY_INTEGER ||
+			     reply->element[0]->integer < 0 || reply->element[0]->integer > 1))
+		status = DSP_EREDIS;
+	if (status == DSP_EREDIS)
+		LOG_AT(LOG_ERROR, LOG_GATE, (&(const struct log_ids){ .org = req->org }),
+		       "gate slot add: %s",
+		       reply && reply->type == REDIS_REPLY_ERROR ? reply->str : "malformed reply");
+	if (!status)
+		added = reply->element[0]->integer == 1;
+	req->cb(status, added, req->data);
+	free(req);
+}
+
+int gate_slot_add(struct gate *g, const struct redis_scripts *reg, const char *org,
+		  const struct gate_slot_record *rec, gate_slot_add_cb cb, void *data)
+{
+	const struct redis_script *script;
+	char key_gen[96], key_state[96], key_slots[96], key_wc[96], taken[24], id[GATE_ID_MAX + 1];
+	const char *argv[10];
+	struct add_req *req;
+	int rc;
+
+	if (!g || !reg || !cb || !rec || !rec->call ||
+	    !(script = redis_scripts_find(reg, ADD_SCRIPT)) ||
+	    copy_id(id, rec->call, strlen(rec->call)) || !id[0] || strcmp(id, "*") == 0 ||
+	    (rec->campaign && (copy_id(id, rec->campaign, strlen(rec->campaign)) || !id[0] ||
+			       strcmp(id, "*") == 0)) ||
+	    (rec->agent && (copy_id(id, rec->agent, strlen(rec->agent)) || strcmp(id, "*") == 0)) ||
+	    gate_org_key(org, "gen", key_gen, sizeof(key_gen)) < 0 ||
+	    gate_org_key(org, "state", key_state, sizeof(key_state)) < 0 ||
+	    gate_org_key(org, "slots", key_slots, sizeof(key_slots)) < 0 ||
+	    gate_org_key(org, "wc", key_wc, sizeof(key_wc)) < 0)
+		return -EINVAL;
+	req = calloc(1, sizeof(*req));
+	if (!req)
+		return -ENOMEM;
+	req->cb = cb;
+	req->data = data;
+	snprintf(req->org, sizeof(req->org), "%s", org);
+	snprintf(taken, sizeof(taken), "%llu", (unsigned long long)rec->taken_ms);
+	argv[0] = key_gen;
+	argv[1] = key_state;
+	argv[2] = key_slots;
+	argv[3] = GATE_SYS_STATE_KEY;
+	argv[4] = key_wc;
+	argv[5] = g->gen;
+	argv[6] = rec->call;
+	argv[7] = rec->campaign ? rec->campaign : "*";
+	argv[8] = rec->agent ? rec->agent : "";
+	argv[9] = taken;
+	rc = redis_conn_evalsha(g->conn, script, add_reply_cb, req, 10, argv, NULL);
 	if (rc)
 		free(req);
 	return rc;

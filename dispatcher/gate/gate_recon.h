@@ -1,6 +1,8 @@
 /* The Redis side of the reconciler (SPEC C11): the reads the reconciler and the gate mode
  * controller need from Redis beyond gate.h — one org's slot records with the Redis time
- * (gate_slots.lua, step 2 of core/reconcile.h), the system generation, and the Redis time.
+ * (gate_slots.lua, step 2 of core/reconcile.h), the system generation, and the Redis time —
+ * and its one write beyond gate.h: the slot of a live call that has none (gate_slot_add.lua,
+ * RECONCILE_ADD).
  * Kept apart from gate.c so the gate's client does not change (README.md lists the script).
  *
  * Async contract (STYLE rule 4): if a function returns an error the callback is never called;
@@ -29,8 +31,12 @@ typedef void (*gate_slots_cb)(int status, const struct gate_slots *s, void *data
  * of dsp:v1:{sys}:gen. */
 typedef void (*gate_gen_cb)(int status, const char *gen, size_t gen_len, void *data);
 
-/* Registers gate_slots.lua in reg (guarded by the org generation). The daemon calls it beside
- * gate_scripts_register(). Returns as redis_scripts_add(). */
+/* status 0: *added is true when the slot was written, false when the call already had a slot
+ * record (nothing changed). */
+typedef void (*gate_slot_add_cb)(int status, bool added, void *data);
+
+/* Registers gate_slots.lua and gate_slot_add.lua in reg (guarded by the org generation). The
+ * daemon calls it beside gate_scripts_register(). Returns as redis_scripts_add(). */
 int gate_recon_scripts_register(struct redis_scripts *reg);
 
 /* Reads org's slot records and the Redis time in one round trip, under the gate's generation.
@@ -38,6 +44,16 @@ int gate_recon_scripts_register(struct redis_scripts *reg);
  * -EINVAL (bad org, script not registered) or the connection's refusal. */
 int gate_slots_read(struct gate *g, const struct redis_scripts *reg, const char *org,
 		    gate_slots_cb cb, void *data);
+
+/* Puts back the slot of a live call that has no slot record (RECONCILE_ADD): only when
+ * rec->call has none, writes its record (rec->campaign, NULL: direct; rec->agent, NULL: none;
+ * rec->taken_ms) and adds 1 at every level (system, org, campaign, agent) with the shortfall
+ * aggregates by the stored floor, as an admission's acquire — without any limit check (the call
+ * exists; a level may end above its limit and then refuses until calls end, C6/R13). Under the
+ * gate's generation, one round trip. Returns 0, -EINVAL (bad org or record, script not
+ * registered) or the connection's refusal. */
+int gate_slot_add(struct gate *g, const struct redis_scripts *reg, const char *org,
+		  const struct gate_slot_record *rec, gate_slot_add_cb cb, void *data);
 
 /* Reads the system generation (GET dsp:v1:{sys}:gen) on the gate's connection. Returns 0 or the
  * connection's refusal. */

@@ -82,7 +82,10 @@ struct reconciler {
 	uint32_t n_pc;
 	struct reconcile_slot *ps;
 	uint32_t n_ps;
-	char *ids_mem; /* the ids of pc and ps */
+	char *ids_mem;		     /* the ids of pc and ps */
+	struct gate_slot_record *lc; /* pc's rows as slot records (campaign, agent), by call id */
+	char *lc_mem;
+	uint32_t n_lc;
 	const char **ids;
 	int *rows;
 	uint32_t n_ids, rows_done;
@@ -204,6 +207,11 @@ static void pass_clear(struct reconciler *r)
 	free(r->rows);
 	free(r->fence_ids);
 	free(r->fence_orgs);
+	free(r->lc);
+	free(r->lc_mem);
+	r->lc = NULL;
+	r->lc_mem = NULL;
+	r->n_lc = 0;
 	r->pc = NULL;
 	r->ps = NULL;
 	r->ids_mem = NULL;
@@ -597,6 +605,51 @@ static void release_one(struct reconciler *r, const char *call)
 		r->pending--;
 }
 
+static void add_cb(int status, bool added, void *data)
+{
+	struct reconciler *r = data;
+
+	if (status == GATE_ELOST) {
+		RLOG(LOG_WARN, r->org_ids[r->org_i], "add of a lost slot: state lost (generation)");
+	} else if (status) {
+		RLOG(LOG_WARN, r->org_ids[r->org_i], "add of a lost slot failed (%s): next run",
+		     dsp_strerror(status));
+	} else if (added) {
+		r->stats.added++;
+	}
+	action_done(r);
+}
+
+static int lc_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct gate_slot_record *)a)->call,
+		      ((const struct gate_slot_record *)b)->call);
+}
+
+/* ADD: the live row's slot put back (gate_slot_add.lua: only if the call still has no record;
+ * no limit check, the call exists). taken_ms is the pass's Redis time. */
+static void add_one(struct reconciler *r, const char *call)
+{
+	const char *org = r->org_ids[r->org_i];
+	struct gate_slot_record key = { .call = call }, rec;
+	const struct gate_slot_record *lc = bsearch(&key, r->lc, r->n_lc, sizeof(*r->lc), lc_cmp);
+	int rc;
+
+	if (!lc) {
+		RLOG(LOG_ERROR, org, "live call %s without its row: slot not added", call);
+		return;
+	}
+	rec = *lc;
+	rec.taken_ms = r->redis_now;
+	RLOG(LOG_WARN, org, "live call %s has no slot record: adding it", call);
+	r->pending++;
+	rc = gate_slot_add(r->g, r->o.reg, org, &rec, add_cb, r);
+	if (rc) {
+		r->pending--;
+		RLOG(LOG_ERROR, org, "add of a lost slot not sent (%s)", dsp_strerror(rc));
+	}
+}
+
 static void fence_next(struct reconciler *r);
 
 static void fence_cb(struct gate_pg *pg, int status, const bool *written, uint32_t n, void *data)
@@ -656,12 +709,6 @@ static void apply_plan(struct reconciler *r)
 	r->stats.young += sum.count[RECONCILE_YOUNG];
 	r->stats.missing += sum.count[RECONCILE_ADD];
 	r->stats.released += sum.count[RECONCILE_RELEASE];
-	for (uint32_t i = 0; i < r->n_pc; i++)
-		if (r->pc[i].action == RECONCILE_ADD)
-			RLOG(LOG_ERROR, org,
-			     "live call %s has no slot record (not added: no add-slot"
-			     " script yet; the Redis counts miss it)",
-			     r->pc[i].call);
 	r->fence_ids = calloc(r->n_ps + 1, sizeof(*r->fence_ids));
 	r->fence_orgs = calloc(r->n_ps + 1, sizeof(*r->fence_orgs));
 	if (!r->fence_ids || !r->fence_orgs) {
@@ -669,6 +716,9 @@ static void apply_plan(struct reconciler *r)
 		return;
 	}
 	r->pending = 1; /* held while sending */
+	for (uint32_t i = 0; i < r->n_pc; i++)
+		if (r->pc[i].action == RECONCILE_ADD)
+			add_one(r, r->pc[i].call);
 	for (uint32_t i = 0; i < r->n_ps; i++) {
 		if (r->ps[i].action == RECONCILE_RELEASE) {
 			release_one(r, r->ps[i].call);
@@ -679,7 +729,7 @@ static void apply_plan(struct reconciler *r)
 	}
 	fence_next(r);
 	if (sum.corrections)
-		RLOG(LOG_INFO, org, "%u corrections (release %u, fence %u, missing %u)",
+		RLOG(LOG_INFO, org, "%u corrections (release %u, fence %u, add %u)",
 		     sum.corrections, sum.count[RECONCILE_RELEASE], sum.count[RECONCILE_FENCE],
 		     sum.count[RECONCILE_ADD]);
 	action_done(r);
@@ -899,7 +949,7 @@ static void live_cb(struct gate_pg *pg, int status, const struct gate_pg_live_ca
 		    uint32_t n, void *data)
 {
 	struct reconciler *r = data;
-	size_t size = 1, off = 0;
+	size_t size = 1, off = 0, lsize = 1, loff = 0;
 	int rc;
 
 	(void)pg;
@@ -909,9 +959,15 @@ static void live_cb(struct gate_pg *pg, int status, const struct gate_pg_live_ca
 	}
 	for (uint32_t i = 0; i < n; i++)
 		size += strlen(calls[i].call) + 1;
+	for (uint32_t i = 0; i < n; i++)
+		lsize += strlen(calls[i].call) +
+			 strlen(calls[i].campaign ? calls[i].campaign : "") +
+			 strlen(calls[i].agent ? calls[i].agent : "") + 3;
 	r->pc = calloc(n + 1, sizeof(*r->pc));
 	r->ids_mem = malloc(size);
-	if (!r->pc || !r->ids_mem) {
+	r->lc = calloc(n + 1, sizeof(*r->lc));
+	r->lc_mem = malloc(lsize);
+	if (!r->pc || !r->ids_mem || !r->lc || !r->lc_mem) {
 		run_end(r, -ENOMEM);
 		return;
 	}
@@ -921,6 +977,23 @@ static void live_cb(struct gate_pg *pg, int status, const struct gate_pg_live_ca
 		r->pc[i] = (struct reconcile_call){ .call = r->ids_mem + off };
 		off += l;
 	}
+	/* The rows' campaign and agent, kept apart (reconcile_plan() sorts pc) for the ADDs. */
+	for (uint32_t i = 0; i < n; i++) {
+		const char *f[3] = { calls[i].call, calls[i].campaign, calls[i].agent };
+		const char *to[3];
+
+		for (int j = 0; j < 3; j++) {
+			size_t l = f[j] ? strlen(f[j]) + 1 : 1;
+			memcpy(r->lc_mem + loff, f[j] ? f[j] : "", l);
+			to[j] = r->lc_mem + loff;
+			loff += l;
+		}
+		r->lc[i] = (struct gate_slot_record){ .call = to[0],
+						      .campaign = calls[i].campaign ? to[1] : NULL,
+						      .agent = to[2][0] ? to[2] : NULL };
+	}
+	qsort(r->lc, n, sizeof(*r->lc), lc_cmp);
+	r->n_lc = n;
 	r->n_pc = n;
 	rc = gate_slots_read(r->g, r->o.reg, r->org_ids[r->org_i], slots_cb, r);
 	if (rc)

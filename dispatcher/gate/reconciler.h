@@ -17,8 +17,8 @@
  *  - redis mode: per organisation, the three reads of core/reconcile.h (live calls, slot
  *    records with Redis time, the rows of every id seen), reconcile_plan(), and its actions:
  *    RELEASE → gate_release(); FENCE → gate_pg_fence() and gate_release() of those fenced;
- *    ADD is counted and logged at error (no targeted add-slot script yet). A GATE_ELOST answer
- *    switches the fleet to postgres mode (gate_pg_switch_to_postgres() at the epoch read),
+ *    ADD → gate_slot_add() (the live call's slot put back, no limit check: the call exists).
+ *    A GATE_ELOST answer switches the fleet to postgres mode (gate_pg_switch_to_postgres() at the epoch read),
  *    except for an org never built in Redis (no live call, no :gen, no :slots: created after
  *    the last rebuild), which is built empty and given its limits.
  *
@@ -57,7 +57,7 @@ struct reconciler_options {
 };
 
 /* Counters since reconciler_new() (/metrics reads them). Corrections are released + fenced +
- * missing. */
+ * missing (of which added were put back). */
 struct reconciler_stats {
 	uint64_t runs;		   /* runs that held the lease */
 	uint64_t not_leader;	   /* runs that found the lease held by another owner */
@@ -68,7 +68,8 @@ struct reconciler_stats {
 	uint64_t released;	   /* RELEASE: slots of ended rows released */
 	uint64_t fenced;	   /* FENCE: orphans fenced and released */
 	uint64_t fence_found;	   /* FENCE: the fence found the row written: slot kept */
-	uint64_t missing;	   /* ADD: live rows without a slot record (logged, not added) */
+	uint64_t missing;	   /* ADD: live rows without a slot record seen */
+	uint64_t added;		   /* ADD: their slots put back (gate_slot_add) */
 	uint64_t young;		   /* YOUNG: records without a row kept (write may be in flight) */
 	uint64_t lost;		   /* GATE_ELOST seen: the fleet switched to postgres mode */
 	uint64_t created;	   /* orgs never built in Redis (no state, no live call) built */
