@@ -133,7 +133,8 @@ static void release_cb(struct gate *g, int status, const struct gate_release_res
 	(void)g;
 	(void)res;
 	if (status)
-		LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = c->org, .call = c->call }),
+		LOG_AT(LOG_WARN, LOG_GATE,
+		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
 		       "release of an unwritten call failed (%d): the reconciler frees it", status);
 	free(c);
 }
@@ -144,7 +145,8 @@ static bool release(struct entry *e)
 	struct release_ctx *c = malloc(sizeof(*c));
 
 	if (!c) {
-		LOG_AT(LOG_ERROR, LOG_GATE, (&(const struct log_ids){ .org = e->org, .call = e->call }),
+		LOG_AT(LOG_ERROR, LOG_GATE,
+		       (&(const struct log_ids){ .org = e->org, .call = e->call }),
 		       "release of an unwritten call: out of memory; the reconciler frees it");
 		return false;
 	}
@@ -152,7 +154,8 @@ static bool release(struct entry *e)
 	memcpy(c->org, e->org, sizeof(c->org));
 	int rc = gate_release(e->f->gate, e->org, e->call, release_cb, c);
 	if (rc) {
-		LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = e->org, .call = e->call }),
+		LOG_AT(LOG_WARN, LOG_GATE,
+		       (&(const struct log_ids){ .org = e->org, .call = e->call }),
 		       "release of an unwritten call not sent (%d): the reconciler frees it", rc);
 		free(c);
 		return false;
@@ -295,9 +298,10 @@ static bool write_one_batch(struct gate_flow *f)
 		b->n++;
 	}
 	uint64_t spent = now - oldest;
-	int rc = spent >= f->deadline_ms ? -ETIMEDOUT
-					 : gate_pg_write(f->pg, first->mode, first->epoch,
-							 f->deadline_ms - spent, calls, b->n, write_cb, b);
+	int rc = spent >= f->deadline_ms
+			 ? -ETIMEDOUT
+			 : gate_pg_write(f->pg, first->mode, first->epoch, f->deadline_ms - spent,
+					 calls, b->n, write_cb, b);
 	f->live++;
 	if (rc == 0) {
 		f->stats.batches++;

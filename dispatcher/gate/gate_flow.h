@@ -37,10 +37,11 @@
 struct gate_flow;
 
 struct gate_flow_options {
-	uv_loop_t *loop;	   /* borrowed */
-	struct gate *gate;	   /* borrowed: outlives the flow */
-	struct gate_pg *pg;	   /* borrowed: outlives the flow */
-	uint64_t write_deadline_ms; /* admission sent → row written (0: GATE_PG_WRITE_DEADLINE_MS) */
+	uv_loop_t *loop;    /* borrowed */
+	struct gate *gate;  /* borrowed: outlives the flow */
+	struct gate_pg *pg; /* borrowed: outlives the flow */
+	uint64_t
+		write_deadline_ms; /* admission sent → row written (0: GATE_PG_WRITE_DEADLINE_MS) */
 };
 
 /* The call row of an admission: one dial per candidate, in req's order (the admitted
@@ -60,10 +61,10 @@ enum gate_flow_outcome {
 
 struct gate_flow_result {
 	enum gate_flow_outcome outcome;
-	const char *call;			/* the call id */
-	const struct gate_admit_result *admit;	/* Redis's answer (index, campaign, decisions) */
-	enum gate_pg_outcome write;		/* ADMITTED: GATE_PG_WRITTEN; NOT_WRITTEN: why */
-	bool released;				/* NOT_WRITTEN: gate_release() sent */
+	const char *call;		       /* the call id */
+	const struct gate_admit_result *admit; /* Redis's answer (index, campaign, decisions) */
+	enum gate_pg_outcome write;	       /* ADMITTED: GATE_PG_WRITTEN; NOT_WRITTEN: why */
+	bool released;			       /* NOT_WRITTEN: gate_release() sent */
 };
 
 typedef void (*gate_flow_cb)(struct gate_flow *f, int status, const struct gate_flow_result *r,

@@ -84,7 +84,9 @@ static void admit(struct env *e, const char *org, const char *call, long long k,
 	snprintf(a0, sizeof(a0), "%s_a0", org);
 	snprintf(a1, sizeof(a1), "%s_a1", org);
 	const char *camps[2] = { c0, c1 };
-	struct gate_admit_req req = { .org = org, .call = call, .campaigns = camps, .n_campaigns = 2 };
+	struct gate_admit_req req = {
+		.org = org, .call = call, .campaigns = camps, .n_campaigns = 2
+	};
 	struct gate_pg_dial dials[2] = {
 		gp_call(call, org, c0, a0, k).dial,
 		gp_call(call, org, c1, a1, k1).dial,
