@@ -309,7 +309,7 @@ int gate_admit(struct gate *g, const struct gate_admit_req *r, gate_admit_cb cb,
 
 	if (!g || !cb || !admit_req_ok(r))
 		return -EINVAL;
-	rc = prepare(g, GATE_OP_ADMIT, "admit", r->org, r->call, data, &a, 14 + GATE_CANDIDATES_MAX,
+	rc = prepare(g, GATE_OP_ADMIT, "admit", r->org, r->call, data, &a, 15 + GATE_CANDIDATES_MAX,
 		     &req);
 	if (rc)
 		return rc;
@@ -325,6 +325,7 @@ int gate_admit(struct gate *g, const struct gate_admit_req *r, gate_admit_cb cb,
 	args_key(&a, r->org, "wq");
 	args_key(&a, r->org, "wc");
 	args_key(&a, r->org, "wdl");
+	args_str(&a, GATE_SYS_GEN_KEY);
 	args_str(&a, g->gen);
 	args_str(&a, r->call);
 	args_str(&a, r->wait ? "w" : "");

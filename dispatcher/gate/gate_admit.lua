@@ -6,7 +6,7 @@
 -- O(1) in the number of campaigns: one org record, one record per candidate and per agent.
 -- Written for speed (every µs here is paid per decision): locals rather than tables, no
 -- closures, binary records (struct) rather than text.
--- KEYS: gen_key state slots wait sys bwait wq wc wdl
+-- KEYS: gen_key state slots wait sys bwait wq wc wdl sys_gen
 -- ARGV: gen call flags agent worker ...
 --   call    the call id (the slot id at every level)
 --   flags   "" or "w": a refused call registers as a waiter (C9/C10): a direct dial as a
@@ -24,7 +24,10 @@
 --   n       decisions that follow, one per evaluated candidate, in order
 --   level   0 none, 1 system, 2 organisation, 3 agent, 4 campaign, 5 fair_share
 --   reason  0 none, 1 full, 2 direct_reserve, 3 floors, 4 agent_floors, 5 unknown campaign
--- Errors: GATE NOLIMITS, GATE NOSYSTEM, GATE OVERFLOW, GATE ARGS <what>.
+-- sys_gen: the system's generation key ({sys}:gen). The guard in front checks the org's; the
+--   system count this admission adds to must be of the same generation too, so an org a stale
+--   rebuild has not reached yet cannot admit against another build's system count: STALEGEN.
+-- Errors: GATE NOLIMITS, GATE NOSYSTEM, GATE OVERFLOW, GATE ARGS <what>, STALEGEN sys.
 -- Records (README.md "Records"): org OF, campaign CF + agent id, agent AF, system SF, one second
 -- of the rolling minute RF, totals TF.
 
@@ -34,6 +37,10 @@ local OF = '<I4I4BI4dI4dddddI4I4I4I4I4I4I4'
 local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
 local RF, TF = '<dI4I4I4I4I4I4I4', '<ddddddd'
 local COUNT_MAX = 1073741824
+
+if redis.call('GET', KEYS[10]) ~= ARGV[1] then
+	return redis.error_reply('STALEGEN sys')
+end
 
 local state, slots, sys = KEYS[2], KEYS[3], KEYS[5]
 local call, dagent = ARGV[2], ARGV[4]

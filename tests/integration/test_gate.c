@@ -363,6 +363,24 @@ static void candidates(void **state)
 	assert_int_equal(gate_admit(env.g, &req, (gate_admit_cb)1, NULL), -EINVAL);
 }
 
+/* A stale rebuild's system init (another generation in {sys}:gen) while an org still holds the
+ * current one: the org's admissions are refused (GATE_ELOST) and take nothing, so nobody admits
+ * against another build's system count (README-pg.md, the stale reconciler). */
+static void system_generation_checked(void **state)
+{
+	struct view_copy v;
+
+	genv_fresh(&env, 1000, org1);
+	assert_int_equal(genv_limits(&env, "o1", 1, 4, 0, true, "A::a1", NULL), 0);
+	expect_admitted(genv_admit(&env, "o1", "s1", "A"), "A");
+	genv_cmd(&env, NULL, 0, "SET", GATE_SYS_GEN_KEY, "e9.stale", NULL);
+	assert_int_equal(genv_admit(&env, "o1", "s2", "A").status, GATE_ELOST);
+	genv_cmd(&env, NULL, 0, "SET", GATE_SYS_GEN_KEY, GENV_GEN, NULL);
+	assert_int_equal(genv_read(&env, "o1", &v), 0);
+	assert_int_equal(view_running(&v, "A"), 1); /* s2 took nothing */
+	expect_admitted(genv_admit(&env, "o1", "s2", "A"), "A");
+}
+
 /* State absent or of another generation: nothing admitted, nothing written, GATE_ELOST. */
 static void generation_guard(void **state)
 {
@@ -812,6 +830,7 @@ int main(void)
 		cmocka_unit_test(floor_expiry),
 		cmocka_unit_test(candidates),
 		cmocka_unit_test(generation_guard),
+		cmocka_unit_test(system_generation_checked),
 		cmocka_unit_test(direct_waiters),
 		cmocka_unit_test(stats),
 		cmocka_unit_test(read_view),
