@@ -482,30 +482,36 @@ int gate_floors_version(uint64_t lease_version, uint64_t seq, uint64_t *out)
 	return 0;
 }
 
-int gate_install_floors(struct gate *g, const char *org, uint64_t version, uint64_t ttl_ms,
-			const struct gate_floor *floors, uint32_t n, gate_install_cb cb, void *data)
+/* The floors install of gate_install.lua, full (op "floors") or as a delta on top of
+ * base_version (op "delta"): one builder for both. */
+static int install_floors(struct gate *g, const char *org, bool delta, uint64_t base_version,
+			  uint64_t version, uint64_t ttl_ms, const struct gate_floor *floors,
+			  uint32_t n, gate_install_cb cb, void *data)
 {
 	struct gate_req *req;
 	struct args a;
 	int rc;
 
-	if (!g || !cb || !id_ok(org) || version < 1 || version > GATE_VERSION_MAX ||
+	if (!g || !cb || !id_ok(org) || base_version > GATE_VERSION_MAX || version < 1 ||
+	    version > GATE_VERSION_MAX || (delta && version <= base_version) ||
 	    ttl_ms > (1ULL << 40) || (n && !floors) || n > FAIRSHARE_CAMPAIGNS_MAX)
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
 		if ((floors[i].campaign && !id_ok(floors[i].campaign)) ||
 		    floors[i].floor > FAIRSHARE_COUNT_MAX)
 			return -EINVAL;
-	rc = prepare(g, GATE_OP_INSTALL, "install floors", org, NULL, data, &a, 6 + 2 * (size_t)n,
-		     &req);
+	rc = prepare(g, GATE_OP_INSTALL, delta ? "install floors delta" : "install floors", org,
+		     NULL, data, &a, (delta ? 7 : 6) + 2 * (size_t)n, &req);
 	if (rc)
 		return rc;
 	req->cb.install = cb;
 	args_key(&a, org, "gen");
 	args_key(&a, org, "state");
 	args_str(&a, g->gen);
-	args_str(&a, "floors");
+	args_str(&a, delta ? "delta" : "floors");
 	args_fmt(&a, "%llu", (unsigned long long)version);
+	if (delta)
+		args_fmt(&a, "%llu", (unsigned long long)base_version);
 	args_fmt(&a, "%llu", (unsigned long long)ttl_ms);
 	for (uint32_t i = 0; i < n; i++) {
 		args_str(&a, floors[i].campaign ? floors[i].campaign : "*");
@@ -514,39 +520,17 @@ int gate_install_floors(struct gate *g, const char *org, uint64_t version, uint6
 	return send_script(g, g->install, req, &a);
 }
 
+int gate_install_floors(struct gate *g, const char *org, uint64_t version, uint64_t ttl_ms,
+			const struct gate_floor *floors, uint32_t n, gate_install_cb cb, void *data)
+{
+	return install_floors(g, org, false, 0, version, ttl_ms, floors, n, cb, data);
+}
+
 int gate_install_floors_delta(struct gate *g, const char *org, uint64_t base_version,
 			      uint64_t version, uint64_t ttl_ms, const struct gate_floor *changed,
 			      uint32_t n, gate_install_cb cb, void *data)
 {
-	struct gate_req *req;
-	struct args a;
-	int rc;
-
-	if (!g || !cb || !id_ok(org) || base_version > GATE_VERSION_MAX || version < 1 ||
-	    version > GATE_VERSION_MAX || version <= base_version || ttl_ms > (1ULL << 40) ||
-	    (n && !changed) || n > FAIRSHARE_CAMPAIGNS_MAX)
-		return -EINVAL;
-	for (uint32_t i = 0; i < n; i++)
-		if ((changed[i].campaign && !id_ok(changed[i].campaign)) ||
-		    changed[i].floor > FAIRSHARE_COUNT_MAX)
-			return -EINVAL;
-	rc = prepare(g, GATE_OP_INSTALL, "install floors delta", org, NULL, data, &a,
-		     7 + 2 * (size_t)n, &req);
-	if (rc)
-		return rc;
-	req->cb.install = cb;
-	args_key(&a, org, "gen");
-	args_key(&a, org, "state");
-	args_str(&a, g->gen);
-	args_str(&a, "delta");
-	args_fmt(&a, "%llu", (unsigned long long)version);
-	args_fmt(&a, "%llu", (unsigned long long)base_version);
-	args_fmt(&a, "%llu", (unsigned long long)ttl_ms);
-	for (uint32_t i = 0; i < n; i++) {
-		args_str(&a, changed[i].campaign ? changed[i].campaign : "*");
-		args_fmt(&a, "%u", changed[i].floor);
-	}
-	return send_script(g, g->install, req, &a);
+	return install_floors(g, org, true, base_version, version, ttl_ms, changed, n, cb, data);
 }
 
 int gate_install_system_limit(struct gate *g, uint64_t version, uint32_t limit, gate_install_cb cb,
