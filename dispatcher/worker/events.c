@@ -1,0 +1,579 @@
+/* The provider events endpoint: verify, validate, record one loop turn's events in one
+ * statement, end the calls of terminal ones through call_end (events.h). */
+#include "events.h"
+
+#include "error.h"
+#include "gate_pg_int.h" /* pgarr, gate_pg_uuid_ok */
+#include "list.h"
+#include "log.h"
+#include "signing.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define UUID_SZ 37
+
+/* $1 call ids, $2 sequences, $3 statuses, $4 provider call ids, $5 occurred_at (µs since the
+ * epoch, NULL when not given). Per event, in order: whether the call row exists, and whether
+ * this statement inserted its provider_events row. */
+static const char sql_record[] =
+	"WITH i AS (SELECT * FROM unnest($1::uuid[], $2::int[], $3::text[], $4::text[],"
+	" $5::bigint[]) WITH ORDINALITY AS t(call_id, seq, status, pcid, occ_us, n)),"
+	" k AS (SELECT id FROM calls WHERE id IN (SELECT call_id FROM i)),"
+	" ins AS (INSERT INTO provider_events (call_id, sequence, status, provider_call_id,"
+	" occurred_at) SELECT call_id, seq, status, pcid,"
+	" to_timestamp(occ_us::double precision / 1000000) FROM i"
+	" WHERE status IN ('completed', 'failed', 'no-answer', 'busy', 'canceled')"
+	" OR call_id NOT IN (SELECT id FROM k)"
+	" ON CONFLICT (call_id, sequence) DO NOTHING RETURNING call_id, sequence),"
+	" m AS (SELECT call_id, max(seq) AS seq, min(pcid) AS pcid,"
+	" min(coalesce(to_timestamp(occ_us::double precision / 1000000), now()))"
+	" FILTER (WHERE status = 'answered') AS answered"
+	" FROM i WHERE call_id IN (SELECT id FROM k) GROUP BY call_id),"
+	" u AS (UPDATE calls c SET provider_call_id = CASE WHEN c.provider_call_id IS NULL"
+	" AND NOT EXISTS (SELECT 1 FROM calls o WHERE o.provider_call_id = m.pcid)"
+	" THEN m.pcid ELSE c.provider_call_id END,"
+	" last_sequence = greatest(c.last_sequence, m.seq),"
+	" answered_at = coalesce(c.answered_at, m.answered),"
+	" state = CASE WHEN c.state IN ('dialing', 'unknown') AND m.answered IS NOT NULL"
+	" THEN 'live'::call_state ELSE c.state END, updated_at = now()"
+	" FROM m WHERE c.id = m.call_id AND (c.provider_call_id IS NULL"
+	" OR c.last_sequence IS NULL OR c.last_sequence < m.seq"
+	" OR (c.answered_at IS NULL AND m.answered IS NOT NULL)) RETURNING c.id)"
+	" SELECT i.call_id IN (SELECT id FROM k),"
+	" EXISTS (SELECT 1 FROM ins WHERE ins.call_id = i.call_id AND ins.sequence = i.seq)"
+	" FROM i WHERE (SELECT count(*) FROM u) >= 0 ORDER BY i.n";
+
+static const char *const terminal_statuses[] = { "completed", "failed", "no-answer", "busy",
+						 "canceled" };
+
+struct evreq {
+	struct list_node node;
+	struct events *ev;
+	struct http_request *req;
+	char call[UUID_SZ];
+	char pcid[EVENTS_PROVIDER_ID_MAX + 1];
+	char status[16];
+	int32_t seq;
+	bool has_time, terminal;
+	int64_t occ_us;
+};
+
+struct batch {
+	struct events *ev;
+	uint32_t n;
+	struct evreq *r[EVENTS_BATCH_MAX];
+};
+
+struct events {
+	uv_loop_t *loop;
+	struct pg_pool *pool;
+	struct call_end *ends;
+	char *secret;
+	int64_t tolerance_s;
+	int64_t (*now_s)(void);
+	const struct pg_stmt *st;
+	uv_timer_t timer;
+	struct list_node queue; /* struct evreq, validated, not sent */
+	unsigned inflight;	/* batches and call_end requests not answered */
+	bool closing, timer_closed;
+	void (*closed_cb)(void *data);
+	void *closed_data;
+	struct events_stats stats;
+};
+
+static void flush(uv_timer_t *t);
+
+int events_new(const struct events_options *o, struct events **out)
+{
+	struct events *ev;
+	int rc;
+
+	if (!o || !o->loop || !o->pool || !o->ends || !o->secret || !o->secret[0] ||
+	    o->tolerance_s < 0 || !out)
+		return -EINVAL;
+	ev = calloc(1, sizeof(*ev));
+	if (!ev)
+		return -ENOMEM;
+	ev->secret = strdup(o->secret);
+	if (!ev->secret) {
+		free(ev);
+		return -ENOMEM;
+	}
+	ev->loop = o->loop;
+	ev->pool = o->pool;
+	ev->ends = o->ends;
+	ev->tolerance_s = o->tolerance_s;
+	ev->now_s = o->now_s;
+	list_init(&ev->queue);
+	rc = pg_pool_prepare(o->pool, sql_record, 5, &ev->st);
+	if (rc) {
+		free(ev->secret);
+		free(ev);
+		return rc;
+	}
+	uv_timer_init(o->loop, &ev->timer);
+	ev->timer.data = ev;
+	*out = ev;
+	return 0;
+}
+
+struct http_route events_route(struct events *ev)
+{
+	return (struct http_route){ .method = "POST",
+				    .pattern = EVENTS_PATH,
+				    .max_body = EVENTS_BODY_MAX,
+				    .handler = events_handler,
+				    .data = ev };
+}
+
+/* --- RFC 3339 --- */
+
+static int digits(const char *s, int n, int *out)
+{
+	int v = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (!isdigit((unsigned char)s[i]))
+			return -EINVAL;
+		v = v * 10 + (s[i] - '0');
+	}
+	*out = v;
+	return 0;
+}
+
+/* Days from 1970-01-01 to y-m-d (proleptic Gregorian; H. Hinnant's days_from_civil). */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+	y -= m <= 2;
+	int64_t era = (y >= 0 ? y : y - 399) / 400;
+	int64_t yoe = y - era * 400;
+	int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+	int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+	return era * 146097 + doe - 719468;
+}
+
+static int month_days(int y, int m)
+{
+	static const int days[] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+	bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
+
+	return m == 2 && leap ? 29 : days[m - 1];
+}
+
+int events_parse_time(const char *s, int64_t *out_us)
+{
+	int y, mo, d, h, mi, sec, oh = 0, om = 0, sign = 0;
+	int64_t frac_us = 0;
+	const char *p;
+
+	if (!s || strlen(s) < 20 || digits(s, 4, &y) || s[4] != '-' || digits(s + 5, 2, &mo) ||
+	    s[7] != '-' || digits(s + 8, 2, &d) || !strchr("Tt ", s[10]) || !s[10] ||
+	    digits(s + 11, 2, &h) || s[13] != ':' || digits(s + 14, 2, &mi) || s[16] != ':' ||
+	    digits(s + 17, 2, &sec))
+		return -EINVAL;
+	if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > month_days(y, mo) || h > 23 || mi > 59 ||
+	    sec > 60)
+		return -EINVAL;
+	p = s + 19;
+	if (*p == '.') {
+		int n = 0;
+		for (p++; isdigit((unsigned char)*p); p++, n++)
+			if (n < 6)
+				frac_us = frac_us * 10 + (*p - '0');
+		if (n == 0)
+			return -EINVAL;
+		for (; n < 6; n++)
+			frac_us *= 10;
+	}
+	if (*p == 'Z' || *p == 'z') {
+		p++;
+	} else if (*p == '+' || *p == '-') {
+		sign = *p == '+' ? 1 : -1;
+		if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 ||
+		    om > 59)
+			return -EINVAL;
+		p += 6;
+	} else {
+		return -EINVAL;
+	}
+	if (*p)
+		return -EINVAL;
+	int64_t t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec -
+		    sign * (oh * 3600 + om * 60);
+	*out_us = t * 1000000 + frac_us;
+	return 0;
+}
+
+/* --- the request --- */
+
+static void respond(struct evreq *r, int status, const char *body)
+{
+	http_respond(r->req, status, "application/json", body, strlen(body));
+	free(r);
+}
+
+static void fail(struct events *ev, struct evreq *r)
+{
+	ev->stats.failed++;
+	http_respond_error(r->req, 503, "unavailable",
+			   "the event was not recorded; send it again");
+	free(r);
+}
+
+static const char *str_field(const cJSON *o, const char *name)
+{
+	const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
+
+	return cJSON_IsString(f) ? f->valuestring : NULL;
+}
+
+static bool printable(const char *s, size_t max)
+{
+	size_t n = 0;
+
+	for (; s[n]; n++)
+		if (n >= max || s[n] < 0x21 || s[n] > 0x7e)
+			return false;
+	return n > 0;
+}
+
+/* Fills r from the body. Returns NULL or the message of a 400. */
+static const char *parse(struct evreq *r, const char *body, size_t len)
+{
+	cJSON *j = cJSON_ParseWithLength(body, len);
+	const char *msg = NULL, *key, *pcid, *status, *when;
+	const cJSON *seq, *occ;
+	size_t i;
+
+	if (!j || !cJSON_IsObject(j)) {
+		msg = "the body is not a JSON object";
+		goto out;
+	}
+	key = str_field(j, "idempotency_key");
+	pcid = str_field(j, "call_id");
+	status = str_field(j, "status");
+	seq = cJSON_GetObjectItemCaseSensitive(j, "sequence");
+	occ = cJSON_GetObjectItemCaseSensitive(j, "occurred_at");
+	if (!gate_pg_uuid_ok(key)) {
+		msg = "idempotency_key must be the call id (a uuid)";
+		goto out;
+	}
+	if (!pcid || !printable(pcid, EVENTS_PROVIDER_ID_MAX)) {
+		msg = "call_id must be 1 to 128 printable characters";
+		goto out;
+	}
+	if (!status || strlen(status) >= sizeof(r->status)) {
+		msg = "status is missing";
+		goto out;
+	}
+	if (!cJSON_IsNumber(seq) || seq->valuedouble < 0 || seq->valuedouble > INT32_MAX ||
+	    floor(seq->valuedouble) != seq->valuedouble) {
+		msg = "sequence must be an integer from 0 to 2147483647";
+		goto out;
+	}
+	if (occ && !cJSON_IsNull(occ)) {
+		when = cJSON_IsString(occ) ? occ->valuestring : NULL;
+		if (!when || events_parse_time(when, &r->occ_us) || r->occ_us < 0) {
+			msg = "occurred_at must be an RFC 3339 date-time after 1970";
+			goto out;
+		}
+		r->has_time = true;
+	}
+	snprintf(r->status, sizeof(r->status), "%s", status);
+	if (strcmp(status, "ringing") != 0 && strcmp(status, "answered") != 0) {
+		for (i = 0; i < sizeof(terminal_statuses) / sizeof(terminal_statuses[0]); i++)
+			if (strcmp(status, terminal_statuses[i]) == 0)
+				break;
+		if (i == sizeof(terminal_statuses) / sizeof(terminal_statuses[0])) {
+			msg = "status must be ringing, answered, completed, failed, no-answer, busy "
+			      "or canceled";
+			goto out;
+		}
+		r->terminal = true;
+	}
+	for (i = 0; i < UUID_SZ; i++)
+		r->call[i] = (char)tolower((unsigned char)key[i]);
+	snprintf(r->pcid, sizeof(r->pcid), "%s", pcid);
+	r->seq = (int32_t)seq->valuedouble;
+out:
+	cJSON_Delete(j);
+	return msg;
+}
+
+static const char *signature_error(int rc)
+{
+	switch (rc) {
+	case -ESTALE:
+		return "the signature's timestamp is outside the 5-minute window";
+	case -EPERM:
+		return "the signature does not match";
+	default:
+		return "X-Signature is missing or malformed";
+	}
+}
+
+void events_handler(struct http_request *req, void *data)
+{
+	struct events *ev = data;
+	size_t len;
+	const char *body = http_request_body(req, &len);
+	const char *sig = http_request_header(req, "X-Signature");
+	int64_t now = ev->now_s ? ev->now_s() : (int64_t)time(NULL);
+	struct evreq *r;
+	const char *msg;
+	int rc;
+
+	ev->stats.received++;
+	rc = sig ? signing_verify(ev->secret, sig, body, len, now, ev->tolerance_s) : -EBADMSG;
+	if (rc) {
+		ev->stats.unauthorized++;
+		LOG_AT(LOG_WARN, LOG_DIAL, NULL, "provider event refused from %s: %s",
+		       http_request_peer(req), signature_error(rc));
+		http_respond_error(req, 401, "unauthorized", signature_error(rc));
+		return;
+	}
+	if (ev->closing) {
+		ev->stats.failed++;
+		http_respond_error(req, 503, "unavailable", "the worker is stopping; send it again");
+		return;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r) {
+		ev->stats.failed++;
+		http_respond_error(req, 503, "unavailable", "out of memory; send it again");
+		return;
+	}
+	msg = parse(r, body, len);
+	if (msg) {
+		ev->stats.bad++;
+		http_respond_error(req, 400, "bad_request", msg);
+		free(r);
+		return;
+	}
+	r->ev = ev;
+	r->req = req;
+	list_add_tail(&ev->queue, &r->node);
+	if (!uv_is_active((uv_handle_t *)&ev->timer))
+		uv_timer_start(&ev->timer, flush, 0, 0);
+}
+
+/* --- the end of a terminal event's call --- */
+
+static void maybe_free(struct events *ev)
+{
+	if (!ev->closing || ev->inflight || !ev->timer_closed)
+		return;
+	if (ev->closed_cb)
+		ev->closed_cb(ev->closed_data);
+	free(ev->secret);
+	free(ev);
+}
+
+static void ended_cb(struct call_end *ce, int status, const struct call_end_result *res,
+		     void *data)
+{
+	struct evreq *r = data;
+	struct events *ev = r->ev;
+
+	(void)ce;
+	ev->inflight--;
+	if (status) {
+		LOG_AT(LOG_WARN, LOG_DIAL, (&(const struct log_ids){ .call = r->call }),
+		       "the end of a call by its %s event failed (%s): the provider sends it again",
+		       r->status, dsp_strerror(status));
+		fail(ev, r);
+	} else {
+		LOG_AT(LOG_DEBUG, LOG_DIAL, (&(const struct log_ids){ .call = r->call }),
+		       "%s event: call %s", r->status, call_end_outcome_name(res->outcome));
+		ev->stats.recorded++;
+		respond(r, 200, "{\"recorded\":true}");
+	}
+	maybe_free(ev);
+}
+
+static void end_call(struct events *ev, struct evreq *r)
+{
+	struct call_end_req q = { .call = r->call,
+				  .outcome = r->status,
+				  .disposition = CALL_END_BY_POLICY };
+	int rc = call_end_submit(ev->ends, &q, ended_cb, r);
+
+	if (rc) {
+		fail(ev, r);
+		return;
+	}
+	ev->stats.terminal++;
+	ev->inflight++;
+}
+
+/* --- the batch --- */
+
+static void send_batch(struct events *ev, struct batch *b);
+
+static void batch_cb(int status, const struct pg_results *res, void *data)
+{
+	struct batch *b = data;
+	struct events *ev = b->ev;
+	const PGresult *r = status == 0 ? res->res[0] : NULL;
+
+	ev->inflight--;
+	if (status == 0 && (PQntuples(r) != (int)b->n || PQnfields(r) != 2))
+		status = -EPROTO;
+	if (status == DSP_EPG && b->n > 1 && !ev->closing) {
+		/* One event (a provider call id two calls claim at once) must not fail the others:
+		 * each is sent again alone, once. */
+		for (uint32_t i = 0; i < b->n; i++) {
+			struct batch *one = calloc(1, sizeof(*one));
+			if (!one) {
+				fail(ev, b->r[i]);
+				continue;
+			}
+			one->ev = ev;
+			one->n = 1;
+			one->r[0] = b->r[i];
+			send_batch(ev, one);
+		}
+		free(b);
+		maybe_free(ev);
+		return;
+	}
+	if (status)
+		LOG_AT(LOG_ERROR, LOG_DIAL, NULL, "%u provider events not recorded (%s)%s%s", b->n,
+		       dsp_strerror(status), res->error ? ": " : "",
+		       res->error ? PQresultErrorMessage(res->error) : "");
+	for (uint32_t i = 0; i < b->n; i++) {
+		struct evreq *e = b->r[i];
+		if (status) {
+			fail(ev, e);
+			continue;
+		}
+		bool known = PQgetvalue(r, (int)i, 0)[0] == 't';
+		bool inserted = PQgetvalue(r, (int)i, 1)[0] == 't';
+		if ((e->terminal || !known) && !inserted)
+			ev->stats.duplicates++;
+		if (!known) {
+			ev->stats.unknown_call++;
+			respond(e, 202, "{\"recorded\":true,\"call\":\"unknown\"}");
+		} else if (e->terminal && !ev->closing) {
+			end_call(ev, e);
+		} else if (e->terminal) {
+			fail(ev, e);
+		} else {
+			ev->stats.recorded++;
+			respond(e, 200, "{\"recorded\":true}");
+		}
+	}
+	free(b);
+	maybe_free(ev);
+}
+
+static void send_batch(struct events *ev, struct batch *b)
+{
+	struct pgarr arr[5];
+	const char *v[5];
+	bool ok = true;
+	int rc = -ENOMEM;
+
+	for (int i = 0; i < 5; i++)
+		pgarr_init(&arr[i]);
+	for (uint32_t i = 0; i < b->n; i++) {
+		struct evreq *r = b->r[i];
+		pgarr_text(&arr[0], r->call);
+		pgarr_int(&arr[1], r->seq, false);
+		pgarr_text(&arr[2], r->status);
+		pgarr_text(&arr[3], r->pcid);
+		pgarr_int(&arr[4], r->occ_us, !r->has_time);
+	}
+	for (int i = 0; i < 5; i++)
+		ok = (v[i] = pgarr_end(&arr[i])) != NULL && ok;
+	if (ok) {
+		struct pg_query q = { .stmt = ev->st, .nparams = 5, .values = v };
+		rc = pg_pool_exec(ev->pool, PG_LANE_PRIORITY, &q, batch_cb, b);
+	}
+	for (int i = 0; i < 5; i++)
+		pgarr_free(&arr[i]);
+	if (rc == 0) {
+		ev->inflight++;
+		ev->stats.batches++;
+		return;
+	}
+	LOG_AT(LOG_ERROR, LOG_DIAL, NULL, "%u provider events not sent (%s)", b->n,
+	       dsp_strerror(rc));
+	for (uint32_t i = 0; i < b->n; i++)
+		fail(ev, b->r[i]);
+	free(b);
+}
+
+static bool in_batch(const struct batch *b, const struct evreq *r)
+{
+	for (uint32_t i = 0; i < b->n; i++)
+		if (b->r[i]->seq == r->seq && strcmp(b->r[i]->call, r->call) == 0)
+			return true;
+	return false;
+}
+
+/* The end of the loop turn: every queued event, in statements of EVENTS_BATCH_MAX; the same
+ * (call, sequence) twice goes in the next one. */
+static void flush(uv_timer_t *t)
+{
+	struct events *ev = t->data;
+
+	while (!list_empty(&ev->queue)) {
+		struct batch *b = calloc(1, sizeof(*b));
+		struct list_node *pos, *tmp;
+
+		if (!b) {
+			struct evreq *r = list_entry(ev->queue.next, struct evreq, node);
+			list_del(&r->node);
+			fail(ev, r);
+			continue;
+		}
+		b->ev = ev;
+		list_for_each_safe(pos, tmp, &ev->queue)
+		{
+			struct evreq *r = list_entry(pos, struct evreq, node);
+			if (b->n == EVENTS_BATCH_MAX)
+				break;
+			if (in_batch(b, r))
+				continue;
+			list_del(&r->node);
+			b->r[b->n++] = r;
+		}
+		send_batch(ev, b);
+	}
+}
+
+static void timer_closed(uv_handle_t *h)
+{
+	struct events *ev = h->data;
+
+	ev->timer_closed = true;
+	maybe_free(ev);
+}
+
+void events_close(struct events *ev, void (*closed_cb)(void *data), void *data)
+{
+	if (!ev || ev->closing)
+		return;
+	ev->closing = true;
+	ev->closed_cb = closed_cb;
+	ev->closed_data = data;
+	while (!list_empty(&ev->queue)) {
+		struct evreq *r = list_entry(ev->queue.next, struct evreq, node);
+		list_del(&r->node);
+		fail(ev, r);
+	}
+	uv_close((uv_handle_t *)&ev->timer, timer_closed);
+}
+
+void events_get_stats(const struct events *ev, struct events_stats *out)
+{
+	*out = ev->stats;
+}
