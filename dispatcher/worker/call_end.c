@@ -160,8 +160,7 @@ static void copy_reason(char *dst, const char *s)
 	dst[n] = '\0';
 }
 
-int call_end_submit(struct call_end *ce, const struct call_end_req *req, call_end_cb cb,
-		    void *data)
+int call_end_submit(struct call_end *ce, const struct call_end_req *req, call_end_cb cb, void *data)
 {
 	struct req *r;
 
@@ -201,7 +200,8 @@ static void maybe_free(struct call_end *ce)
 	free(ce);
 }
 
-static void answer(struct call_end *ce, struct req *r, int status, const struct call_end_result *res)
+static void answer(struct call_end *ce, struct req *r, int status,
+		   const struct call_end_result *res)
 {
 	if (status)
 		ce->stats.failed++;
@@ -220,11 +220,13 @@ static void release_cb(struct gate *g, int status, const struct gate_release_res
 
 	(void)g;
 	if (status)
-		LOG_AT(LOG_WARN, LOG_DIAL, (&(const struct log_ids){ .org = c->org, .call = c->call }),
+		LOG_AT(LOG_WARN, LOG_DIAL,
+		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
 		       "slot release of an ended call failed (%s): the reconciler frees it",
 		       dsp_strerror(status));
 	else if (res->outcome == GATE_RANGE)
-		LOG_AT(LOG_WARN, LOG_DIAL, (&(const struct log_ids){ .org = c->org, .call = c->call }),
+		LOG_AT(LOG_WARN, LOG_DIAL,
+		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
 		       "slot release of an ended call found a count at 0");
 	free(c);
 }
@@ -259,7 +261,7 @@ static void answer_row(struct call_end *ce, struct req *r, const PGresult *res, 
 	struct call_end_result out = { .call = r->call };
 
 	out.mode = strcmp(PQgetvalue(res, i, 3), "postgres") == 0 ? GATE_MODE_POSTGRES
-								    : GATE_MODE_REDIS;
+								  : GATE_MODE_REDIS;
 	if (what == 'e') {
 		out.outcome = CALL_END_ENDED;
 		out.org = PQgetvalue(res, i, 1);
@@ -387,8 +389,7 @@ static void flush(uv_timer_t *t)
 			continue;
 		}
 		b->ce = ce;
-		list_for_each_safe(pos, tmp, &ce->queue)
-		{
+		list_for_each_safe (pos, tmp, &ce->queue) {
 			struct req *r = list_entry(pos, struct req, node);
 			if (b->n == CALL_END_BATCH_MAX)
 				break;

@@ -222,8 +222,7 @@ static void respond(struct evreq *r, int status, const char *body)
 static void fail(struct events *ev, struct evreq *r)
 {
 	ev->stats.failed++;
-	http_respond_error(r->req, 503, "unavailable",
-			   "the event was not recorded; send it again");
+	http_respond_error(r->req, 503, "unavailable", "the event was not recorded; send it again");
 	free(r);
 }
 
@@ -292,7 +291,8 @@ static const char *parse(struct evreq *r, const char *body, size_t len)
 			if (strcmp(status, terminal_statuses[i]) == 0)
 				break;
 		if (i == sizeof(terminal_statuses) / sizeof(terminal_statuses[0])) {
-			msg = "status must be ringing, answered, completed, failed, no-answer, busy "
+			msg = "status must be ringing, answered, completed, failed, no-answer, "
+			      "busy "
 			      "or canceled";
 			goto out;
 		}
@@ -341,7 +341,8 @@ void events_handler(struct http_request *req, void *data)
 	}
 	if (ev->closing) {
 		ev->stats.failed++;
-		http_respond_error(req, 503, "unavailable", "the worker is stopping; send it again");
+		http_respond_error(req, 503, "unavailable",
+				   "the worker is stopping; send it again");
 		return;
 	}
 	r = calloc(1, sizeof(*r));
@@ -376,8 +377,7 @@ static void maybe_free(struct events *ev)
 	free(ev);
 }
 
-static void ended_cb(struct call_end *ce, int status, const struct call_end_result *res,
-		     void *data)
+static void ended_cb(struct call_end *ce, int status, const struct call_end_result *res, void *data)
 {
 	struct evreq *r = data;
 	struct events *ev = r->ev;
@@ -536,8 +536,7 @@ static void flush(uv_timer_t *t)
 			continue;
 		}
 		b->ev = ev;
-		list_for_each_safe(pos, tmp, &ev->queue)
-		{
+		list_for_each_safe (pos, tmp, &ev->queue) {
 			struct evreq *r = list_entry(pos, struct evreq, node);
 			if (b->n == EVENTS_BATCH_MAX)
 				break;

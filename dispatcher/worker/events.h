@@ -52,20 +52,20 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define EVENTS_PATH	      "/provider/events"
-#define EVENTS_BODY_MAX	      4096 /* bytes of one event's body (the route's max_body) */
-#define EVENTS_BATCH_MAX      256  /* events per statement */
-#define EVENTS_PROVIDER_ID_MAX 128 /* bytes of the provider's call id */
+#define EVENTS_PATH	       "/provider/events"
+#define EVENTS_BODY_MAX	       4096 /* bytes of one event's body (the route's max_body) */
+#define EVENTS_BATCH_MAX       256  /* events per statement */
+#define EVENTS_PROVIDER_ID_MAX 128  /* bytes of the provider's call id */
 
 struct events;
 
 struct events_options {
-	uv_loop_t *loop;	 /* borrowed */
-	struct pg_pool *pool;	 /* borrowed; not started yet (the statement is prepared on it) */
-	struct call_end *ends;	 /* borrowed: outlives the module */
-	const char *secret;	 /* PROVIDER_WEBHOOK_SECRET (copied), non-empty */
-	int64_t tolerance_s;	 /* replay window (0: SIGNING_TOLERANCE_S, 5 minutes) */
-	int64_t (*now_s)(void);	 /* Unix seconds; NULL: time(NULL). For tests of the window. */
+	uv_loop_t *loop;	/* borrowed */
+	struct pg_pool *pool;	/* borrowed; not started yet (the statement is prepared on it) */
+	struct call_end *ends;	/* borrowed: outlives the module */
+	const char *secret;	/* PROVIDER_WEBHOOK_SECRET (copied), non-empty */
+	int64_t tolerance_s;	/* replay window (0: SIGNING_TOLERANCE_S, 5 minutes) */
+	int64_t (*now_s)(void); /* Unix seconds; NULL: time(NULL). For tests of the window. */
 };
 
 struct events_stats {

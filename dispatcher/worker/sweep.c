@@ -11,8 +11,8 @@
 #include <string.h>
 
 #define NOT_LIVE(alias, col)                                                                       \
-	" NOT EXISTS (SELECT 1 FROM calls k WHERE k." col " = " alias ".id AND k.state IN "       \
-	LIVE_STATES ")"
+	" NOT EXISTS (SELECT 1 FROM calls k WHERE k." col " = " alias                              \
+	".id AND k.state IN " LIVE_STATES ")"
 /* The next state of a contact handed back: paused -> held, stopped -> cancelled. */
 #define BACK_STATE                                                                                 \
 	"(CASE WHEN b.status = 'stopped' OR cp.status = 'stopped' THEN 'cancelled'"                \
@@ -41,15 +41,16 @@ static const struct {
 } stmts[ST_N] = {
 	/* $1 limit. Through contacts_lease_idx. */
 	[ST_LEASE_LOCK] = { 1, "SELECT c.id FROM contacts c WHERE c.state = 'claimed'"
-			       " AND c.lease_until < now() AND" NOT_LIVE("c", "contact_id")
-			       " ORDER BY c.lease_until LIMIT $1::int FOR UPDATE OF c SKIP LOCKED" },
+			       " AND c.lease_until < now() AND" NOT_LIVE(
+				       "c", "contact_id") " ORDER BY c.lease_until LIMIT $1::int "
+							  "FOR UPDATE OF c SKIP LOCKED" },
 	/* $1 the ids locked by ST_LEASE_LOCK; its own snapshot, taken after the locks. */
 	[ST_LEASE_BACK] = { 1, "UPDATE contacts c SET state = " BACK_STATE ", lease_owner = NULL,"
 			       " lease_token = NULL, lease_until = NULL, updated_at = now()"
 			       " FROM campaigns cp, batches b WHERE c.id = ANY($1::bigint[])"
 			       " AND cp.id = c.campaign_id AND b.id = c.batch_id"
-			       " AND c.state = 'claimed' AND c.lease_until < now() AND"
-			       NOT_LIVE("c", "contact_id") " RETURNING c.state::text" },
+			       " AND c.state = 'claimed' AND c.lease_until < now() AND" NOT_LIVE(
+				       "c", "contact_id") " RETURNING c.state::text" },
 	/* $1 max_call_s, $2 limit. Through calls_live_age_idx. */
 	[ST_OVERDUE] = { 2, "SELECT id::text FROM calls WHERE state IN " LIVE_STATES
 			    " AND created_at < now() - make_interval(secs => $1::double precision)"
@@ -87,11 +88,11 @@ struct pass {
 	sweep_done_cb cb;
 	void *data;
 	struct sweep_report rep;
-	struct pg_txn *txn;   /* leases: the batch's transaction */
-	uint32_t page;	      /* leases: rows locked; calls: rows found */
-	uint32_t waiting;     /* calls: call_end requests not answered */
-	int status;	      /* calls: first failure of the page */
-	int table;	      /* retention: ST_RET_EVENTS.. */
+	struct pg_txn *txn; /* leases: the batch's transaction */
+	uint32_t page;	    /* leases: rows locked; calls: rows found */
+	uint32_t waiting;   /* calls: call_end requests not answered */
+	int status;	    /* calls: first failure of the page */
+	int table;	    /* retention: ST_RET_EVENTS.. */
 };
 
 struct sweep {

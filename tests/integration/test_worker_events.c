@@ -52,9 +52,9 @@ static void signed_event_accepted(void **state)
 	wenv_open(&w, &svc, NULL);
 	gp_uuid(id, 1001);
 	wenv_call(&w, admin, "ea", id, k);
-	assert_int_equal(wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_1", "answered", 2),
-				   NULL),
-			 200);
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_1", "answered", 2), NULL),
+		200);
 	assert_string_equal(call_col(b, id, "state"), "live");
 	assert_string_equal(call_col(b, id, "provider_call_id"), "pc_1");
 	assert_string_equal(call_col(b, id, "last_sequence"), "2");
@@ -64,9 +64,8 @@ static void signed_event_accepted(void **state)
 				id),
 			 1);
 	assert_int_equal(events_rows(id), 0);
-	assert_int_equal(wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_1", "ringing", 1),
-				   NULL),
-			 200);
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_1", "ringing", 1), NULL), 200);
 	assert_string_equal(call_col(b, id, "last_sequence"), "2");
 	assert_string_equal(call_col(b, id, "state"), "live");
 	assert_int_equal(wenv_running(&w, "ea"), 1); /* nothing released */
@@ -122,9 +121,7 @@ static void bad_body_400(void **state)
 	gp_uuid(id, 3001);
 	wenv_call(&w, admin, "ec", id, k);
 	const char *bad[] = {
-		"not json",
-		"[1,2]",
-		"{\"call_id\":\"pc\",\"status\":\"completed\",\"sequence\":1}",
+		"not json", "[1,2]", "{\"call_id\":\"pc\",\"status\":\"completed\",\"sequence\":1}",
 		NULL, /* filled below: a bad status */
 		NULL, /* a bad sequence */
 		NULL, /* a bad time */
@@ -206,24 +203,23 @@ static void terminal_before_answered(void **state)
 	(void)state;
 	wenv_open(&w, &svc, NULL);
 	wenv_call(&w, admin, "ee", gp_uuid(id, 5001), k);
-	assert_int_equal(wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_5", "completed", 3),
-				   NULL),
-			 200);
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_5", "completed", 3), NULL),
+		200);
 	assert_int_equal(wenv_running(&w, "ee"), 0);
-	assert_int_equal(wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_5", "answered", 2),
-				   NULL),
-			 200);
-	assert_int_equal(wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_5", "ringing", 1),
-				   NULL),
-			 200);
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_5", "answered", 2), NULL),
+		200);
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_5", "ringing", 1), NULL), 200);
 	assert_string_equal(call_col(b, id, "state"), "ended");
 	assert_string_equal(call_col(b, id, "outcome"), "completed");
 	assert_string_equal(call_col(b, id, "last_sequence"), "3");
 	assert_string_equal(contact_col(b, k, "state"), "done");
 	/* A second terminal status (canceled, 4) changes nothing either. */
-	assert_int_equal(wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_5", "canceled", 4),
-				   NULL),
-			 200);
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_5", "canceled", 4), NULL),
+		200);
 	assert_string_equal(call_col(b, id, "outcome"), "completed");
 	assert_string_equal(contact_col(b, k, "attempts"), "1");
 	wenv_close(&w);
@@ -241,18 +237,17 @@ static void early_and_unknown(void **state)
 	wenv_open(&w, &svc, NULL);
 	wenv_call(&w, admin, "ef", gp_uuid(id, 6001), k);
 	assert_string_equal(call_col(b, id, "provider_call_id"), "");
-	assert_int_equal(wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_6", "failed", 2),
-				   NULL),
-			 200);
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_6", "failed", 2), NULL), 200);
 	assert_string_equal(call_col(b, id, "provider_call_id"), "pc_6");
 	assert_string_equal(call_col(b, id, "outcome"), "failed");
 	assert_string_equal(contact_col(b, k, "state"), "failed");
 	assert_int_equal(wenv_running(&w, "ef"), 0);
 
 	gp_uuid(ghost, 6999);
-	assert_int_equal(wenv_post(&w, wenv_event(body, sizeof(body), ghost, "pc_x", "ringing", 1),
-				   NULL),
-			 202);
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), ghost, "pc_x", "ringing", 1), NULL),
+		202);
 	assert_int_equal(events_rows(ghost), 1);
 	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE id = '%s'", ghost), 0);
 	wenv_close(&w);
@@ -276,9 +271,9 @@ static void retry_policy(void **state)
 	wenv_call(&w, admin, "eg", gp_uuid(a, 7001), ka);
 	wenv_call(&w, admin, "eg", gp_uuid(c, 7002), kc);
 	wenv_call(&w, admin, "eh", gp_uuid(d, 7003), kd);
-	assert_int_equal(wenv_post(&w, wenv_event(body, sizeof(body), a, "pc_71", "no-answer", 2),
-				   NULL),
-			 200);
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), a, "pc_71", "no-answer", 2), NULL),
+		200);
 	assert_string_equal(contact_col(b, ka, "state"), "pending");
 	assert_string_equal(contact_col(b, ka, "attempts"), "1");
 	assert_string_equal(contact_col(b, ka, "lease_token"), "");
@@ -292,9 +287,9 @@ static void retry_policy(void **state)
 	assert_string_equal(contact_col(b, kc, "state"), "failed");
 	assert_string_equal(contact_col(b, kc, "attempts"), "3");
 	assert_string_equal(contact_col(b, kc, "last_outcome"), "busy");
-	assert_int_equal(wenv_post(&w, wenv_event(body, sizeof(body), d, "pc_73", "no-answer", 2),
-				   NULL),
-			 200);
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), d, "pc_73", "no-answer", 2), NULL),
+		200);
 	assert_string_equal(contact_col(b, kd, "state"), "held");
 	assert_string_equal(contact_col(b, kd, "attempts"), "1");
 	assert_int_equal(wenv_running(&w, "eg"), 0);

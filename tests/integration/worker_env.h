@@ -29,8 +29,8 @@ struct wenv {
 	struct http_server *srv;
 	struct http_client *cli;
 	int closed;
-	int notifies;	     /* NOTIFYs on the free channel */
-	char notified[65];   /* the last payload */
+	int notifies;	   /* NOTIFYs on the free channel */
+	char notified[65]; /* the last payload */
 };
 
 static inline void wenv_free_cb(const char *channel, const char *payload, void *data)

@@ -1,0 +1,341 @@
+/* The worker's periodic jobs and the postgres-mode release (dispatcher/worker/sweep.h,
+ * call_end.h; issue 9 items 7 and 8) against a real PostgreSQL and Redis: the lease sweeper
+ * re-pends only claimed contacts without a live call row, skipping rows a writer holds; the
+ * maximum-duration sweep ends and releases overdue calls; retention deletes old rows in bounded
+ * batches, only under its lease, never a live call's; in postgres mode the ended row is the
+ * release and its NOTIFY is sent once. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include <curl/curl.h>
+
+#include "worker_env.h"
+
+static struct embedded svc;
+static PGconn *admin;
+
+struct sprobe {
+	int done, status;
+	struct sweep_report r;
+};
+
+static void swept(struct sweep *s, int status, const struct sweep_report *r, void *data)
+{
+	struct sprobe *p = data;
+
+	(void)s;
+	p->done++;
+	p->status = status;
+	p->r = *r;
+}
+
+static struct sweep_report run_pass(struct wenv *w,
+				    int (*fn)(struct sweep *, sweep_done_cb, void *))
+{
+	struct sprobe p = { 0 };
+
+	assert_int_equal(fn(w->sw, swept, &p), 0);
+	fixture_run_until_count(&w->ge.loop, &p.done, 1, 60000);
+	assert_int_equal(p.status, 0);
+	return p.r;
+}
+
+static const char *state_of(char *buf, long long k)
+{
+	char sql[128];
+
+	snprintf(sql, sizeof(sql), "SELECT state::text FROM contacts WHERE id = %lld", k);
+	return wenv_text(admin, buf, 32, sql);
+}
+
+/* A call row of contact k (org sa's campaign c<i>) in the given state, without Redis. */
+static void call_row(const char *call, long long k, const char *state)
+{
+	gp_sql(admin,
+	       "INSERT INTO calls (id, org_id, campaign_id, agent_id, contact_id, to_number,"
+	       " gate_mode, gate_epoch, state, ended_at) SELECT '%s', org_id, campaign_id,"
+	       " org_id || '_a0', id, phone, 'redis', 1, '%s', CASE WHEN '%s' = 'ended'"
+	       " THEN now() END FROM contacts WHERE id = %lld",
+	       call, state, state, k);
+}
+
+static void lease_sweeper(void **state)
+{
+	struct wenv w;
+	struct sweep_options so = { .lease_batch = 1 };
+	char b[32], id[37];
+	long long k[6];
+
+	(void)state;
+	for (int i = 0; i < 5; i++)
+		k[i] = gp_contact(admin, "sa", 0, i);
+	k[5] = gp_contact(admin, "sa", 1, 0);
+	gp_sql(admin,
+	       "UPDATE contacts SET lease_until = now() - interval '1 minute'"
+	       " WHERE id IN (%lld, %lld, %lld, %lld, %lld)",
+	       k[0], k[1], k[2], k[4], k[5]); /* k[3]'s lease runs */
+	call_row(gp_uuid(id, 9101), k[1], "dialing"); /* a live call: never re-pended */
+	call_row(gp_uuid(id, 9102), k[2], "ended");   /* an earlier attempt's call */
+	gp_sql(admin, "UPDATE batches SET status = 'paused' WHERE id = 'sa_b1'");
+	/* A writer holds k[4] (its call-row write in flight): the sweep skips it. */
+	PGconn *writer = fixture_pg(&svc);
+	PQclear(fixture_sql(writer, "BEGIN"));
+	gp_sql(writer, "SELECT 1 FROM contacts WHERE id = %lld FOR UPDATE", k[4]);
+
+	wenv_open(&w, &svc, &so);
+	struct sweep_report r = run_pass(&w, sweep_run_leases);
+	assert_int_equal(r.repended, 3); /* k0, k2, k5 */
+	assert_int_equal(r.held, 1);	 /* k5: its batch is paused */
+	assert_true(r.statements >= 7);	 /* one contact per transaction (lease_batch 1) */
+	assert_string_equal(state_of(b, k[0]), "pending");
+	assert_string_equal(state_of(b, k[1]), "claimed");
+	assert_string_equal(state_of(b, k[2]), "pending");
+	assert_string_equal(state_of(b, k[3]), "claimed");
+	assert_string_equal(state_of(b, k[4]), "claimed");
+	assert_string_equal(state_of(b, k[5]), "held");
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM contacts WHERE id = %lld AND lease_token IS NULL"
+				" AND attempts = 0 AND tries = 0",
+				k[0]),
+			 1);
+	/* The writer gives the row up without a call: the next pass re-pends it. */
+	PQclear(fixture_sql(writer, "ROLLBACK"));
+	PQfinish(writer);
+	r = run_pass(&w, sweep_run_leases);
+	assert_int_equal(r.repended, 1);
+	assert_string_equal(state_of(b, k[4]), "pending");
+	assert_string_equal(state_of(b, k[1]), "claimed");
+	wenv_close(&w);
+}
+
+static void max_duration_sweep(void **state)
+{
+	struct wenv w;
+	struct sweep_options so = { .max_call_s = 7200 };
+	char old[37], young[37], b[32];
+	long long ko = gp_contact(admin, "sb", 0, 0), ky = gp_contact(admin, "sb", 0, 1);
+
+	(void)state;
+	wenv_open(&w, &svc, &so);
+	wenv_call(&w, admin, "sb", gp_uuid(old, 9201), ko);
+	wenv_call(&w, admin, "sb", gp_uuid(young, 9202), ky);
+	gp_sql(admin, "UPDATE calls SET state = 'live', created_at = now() - interval '3 hours'"
+		      " WHERE id = '%s'",
+	       old);
+	assert_int_equal(wenv_running(&w, "sb"), 2);
+	struct sweep_report r = run_pass(&w, sweep_run_calls);
+	assert_int_equal(r.found, 1);
+	assert_int_equal(r.swept, 1);
+	assert_int_equal(wenv_running(&w, "sb"), 1);
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM calls WHERE id = '%s' AND state = 'ended'"
+				" AND outcome = 'swept'",
+				old),
+			 1);
+	assert_string_equal(state_of(b, ko), "pending"); /* the retry policy: attempt 1 of 3 */
+	assert_int_equal(gp_int(admin, "SELECT attempts FROM contacts WHERE id = %lld", ko), 1);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE id = '%s' AND state ="
+				       " 'dialing'",
+				young),
+			 1);
+	r = run_pass(&w, sweep_run_calls);
+	assert_int_equal(r.found, 0);
+	assert_int_equal(wenv_running(&w, "sb"), 1);
+	wenv_close(&w);
+}
+
+/* n rows of a direct call of org sc: an ended call (ended age ago), an attempt and an event of
+ * it, ids from base. */
+static void old_rows(unsigned base, int n, const char *age, const char *state)
+{
+	for (int i = 0; i < n; i++) {
+		char id[37];
+		gp_uuid(id, base + (unsigned)i);
+		gp_sql(admin,
+		       "INSERT INTO calls (id, org_id, agent_id, to_number, gate_mode, gate_epoch,"
+		       " state, created_at, ended_at) VALUES ('%s', 'sc', 'sc_a0', '+14155550100',"
+		       " 'redis', 1, '%s', now() - interval '%s', CASE WHEN '%s' = 'ended'"
+		       " THEN now() - interval '%s' END)",
+		       id, state, age, state, age);
+		gp_sql(admin,
+		       "INSERT INTO dial_attempts (call_id, org_id, lane, attempt, class,"
+		       " idempotency_key, created_at) VALUES ('%s', 'sc', 'l', 1, 'ok', '%s',"
+		       " now() - interval '%s')",
+		       id, id, age);
+		gp_sql(admin,
+		       "INSERT INTO provider_events (call_id, sequence, status, received_at)"
+		       " VALUES ('%s', 1, 'completed', now() - interval '%s')",
+		       id, age);
+	}
+}
+
+static long long count_sc(const char *table, const char *col)
+{
+	return gp_int(admin,
+		      "SELECT count(*) FROM %s WHERE %s IN (SELECT id FROM calls WHERE org_id ="
+		      " 'sc') OR %s::text LIKE '00000000-0000-4000-8000-0000000093%%'",
+		      table, col, col);
+}
+
+static void retention(void **state)
+{
+	struct wenv w;
+	struct sweep_options so = { .retention_days = 30, .retention_batch = 3 };
+
+	(void)state;
+	old_rows(0x9300, 7, "40 days", "ended");
+	old_rows(0x9320, 1, "40 days", "live"); /* live (the sweep's to end): kept whole */
+	old_rows(0x9330, 2, "1 day", "ended");	/* recent */
+	wenv_open(&w, &svc, &so);
+	struct sweep_report r = run_pass(&w, sweep_run_retention);
+	assert_true(r.elected);
+	assert_int_equal(r.calls, 7);
+	assert_int_equal(r.attempts, 7);
+	assert_int_equal(r.events, 7);
+	assert_int_equal(r.statements, 9); /* 3 tables x (3 + 3 + 1) rows */
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE org_id = 'sc'"), 3);
+	assert_int_equal(count_sc("dial_attempts", "call_id"), 3);
+	assert_int_equal(count_sc("provider_events", "call_id"), 3);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE org_id = 'sc' AND state"
+				       " = 'live'"),
+			 1);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM leases WHERE name = 'retention'"
+				       " AND owner = 'w1'"),
+			 1);
+
+	/* Another worker holds the lease: nothing is deleted. */
+	gp_sql(admin, "UPDATE leases SET owner = 'w2', lease_until = now() + interval '1 hour'"
+		      " WHERE name = 'retention'");
+	old_rows(0x9340, 1, "40 days", "ended");
+	r = run_pass(&w, sweep_run_retention);
+	assert_false(r.elected);
+	assert_int_equal(r.calls + r.attempts + r.events, 0);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE org_id = 'sc'"), 4);
+	/* Its lease expires: this worker takes over. */
+	gp_sql(admin, "UPDATE leases SET lease_until = now() - interval '1 s'"
+		      " WHERE name = 'retention'");
+	r = run_pass(&w, sweep_run_retention);
+	assert_true(r.elected);
+	assert_int_equal(r.calls, 1);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE org_id = 'sc'"), 3);
+	wenv_close(&w);
+}
+
+struct endp {
+	int done, status;
+	struct call_end_result r;
+};
+
+static void end_cb(struct call_end *ce, int status, const struct call_end_result *r, void *data)
+{
+	struct endp *p = data;
+
+	(void)ce;
+	p->done++;
+	p->status = status;
+	if (r)
+		p->r = *r;
+}
+
+static void end_one(struct wenv *w, const char *call, struct endp *p)
+{
+	struct call_end_req q = { .call = call,
+				  .outcome = "completed",
+				  .disposition = CALL_END_BY_POLICY };
+
+	memset(p, 0, sizeof(*p));
+	assert_int_equal(call_end_submit(w->ce, &q, end_cb, p), 0);
+	fixture_run_until_count(&w->ge.loop, &p->done, 1, 60000);
+	assert_int_equal(p->status, 0);
+}
+
+/* Postgres gate mode: the ended row is the release; the NOTIFY is sent once per end, never for
+ * a duplicate; nothing is sent to Redis. */
+static void postgres_mode_release(void **state)
+{
+	struct wenv w;
+	char x[37], y[37], b[32];
+	struct endp p;
+	struct call_end_stats cs;
+	long long kx = gp_contact(admin, "sd", 0, 0);
+
+	(void)state;
+	call_row(gp_uuid(x, 9401), kx, "dialing");
+	call_row(gp_uuid(y, 9402), gp_contact(admin, "sd", 0, 1), "live");
+	gp_sql(admin, "UPDATE contacts SET state = 'dialing' WHERE org_id = 'sd'");
+	gp_sql(admin, "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch"
+		      " + 1");
+	wenv_open(&w, &svc, NULL);
+	end_one(&w, x, &p);
+	assert_int_equal(p.r.outcome, CALL_END_ENDED);
+	assert_int_equal(p.r.mode, GATE_MODE_POSTGRES);
+	assert_true(p.r.released);
+	fixture_run_until_count(&w.ge.loop, &w.notifies, 1, 60000);
+	assert_string_equal(w.notified, "sd");
+	assert_string_equal(state_of(b, kx), "done");
+	end_one(&w, x, &p); /* the duplicate */
+	assert_int_equal(p.r.outcome, CALL_END_ALREADY);
+	assert_false(p.r.released);
+	end_one(&w, y, &p);
+	assert_int_equal(p.r.outcome, CALL_END_ENDED);
+	fixture_run_until_count(&w.ge.loop, &w.notifies, 2, 60000);
+	assert_int_equal(w.notifies, 2); /* the duplicate's would have come before y's */
+	call_end_get_stats(w.ce, &cs);
+	assert_int_equal(cs.notified, 2);
+	assert_int_equal(cs.released, 0);
+	gp_sql(admin, "UPDATE system_settings SET gate_mode = 'redis', gate_epoch = gate_epoch"
+		      " + 1");
+	wenv_close(&w);
+}
+
+static int setup(void **state)
+{
+	static const char *const agents[] = { "a0", "a0" };
+	static const char *const orgs[] = { "sa", "sb", "sc", "sd", NULL };
+
+	(void)state;
+	fixture_start(&svc, true, true, false, true);
+	admin = fixture_pg(&svc);
+	for (int i = 0; orgs[i]; i++)
+		gp_seed_org(admin, orgs[i], 20, 0, 2, agents, NULL, 5);
+	struct gate_env ge;
+	genv_open(&ge, svc.redis_url, "seed", true);
+	genv_fresh(&ge, 1000, orgs);
+	for (int i = 0; orgs[i]; i++) {
+		char camps[96];
+		snprintf(camps, sizeof(camps), "%s_c0::%s_a0 %s_c1::%s_a0", orgs[i], orgs[i],
+			 orgs[i], orgs[i]);
+		assert_int_equal(genv_limits(&ge, orgs[i], 1, 20, 0, true, camps, NULL), 0);
+	}
+	genv_close(&ge);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	PQfinish(admin);
+	embedded_stop(&svc);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(lease_sweeper),
+		cmocka_unit_test(max_duration_sweep),
+		cmocka_unit_test(retention),
+		cmocka_unit_test(postgres_mode_release),
+	};
+	int rc;
+
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	rc = cmocka_run_group_tests(tests, setup, teardown);
+	curl_global_cleanup();
+	return rc;
+}
