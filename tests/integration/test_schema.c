@@ -55,7 +55,7 @@ static void spec_defaults(void **state)
 				  " FROM system_settings"),
 			    "1000/redis/1");
 	assert_string_equal(value("SELECT string_agg(name, ',' ORDER BY name) FROM leases"),
-			    "reconciler,refresher");
+			    "reconciler,refresher,retention");
 	/* Generated ids carry their type's prefix. */
 	PQclear(fixture_sql(db, "INSERT INTO organisations (name) VALUES ('gen')"));
 	assert_string_equal(value("SELECT bool_and(id LIKE 'org\\_%') FROM organisations"), "t");

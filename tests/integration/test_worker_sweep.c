@@ -78,7 +78,7 @@ static void lease_sweeper(void **state)
 	gp_sql(admin,
 	       "UPDATE contacts SET lease_until = now() - interval '1 minute'"
 	       " WHERE id IN (%lld, %lld, %lld, %lld, %lld)",
-	       k[0], k[1], k[2], k[4], k[5]); /* k[3]'s lease runs */
+	       k[0], k[1], k[2], k[4], k[5]);	      /* k[3]'s lease runs */
 	call_row(gp_uuid(id, 9101), k[1], "dialing"); /* a live call: never re-pended */
 	call_row(gp_uuid(id, 9102), k[2], "ended");   /* an earlier attempt's call */
 	gp_sql(admin, "UPDATE batches SET status = 'paused' WHERE id = 'sa_b1'");
@@ -98,11 +98,12 @@ static void lease_sweeper(void **state)
 	assert_string_equal(state_of(b, k[3]), "claimed");
 	assert_string_equal(state_of(b, k[4]), "claimed");
 	assert_string_equal(state_of(b, k[5]), "held");
-	assert_int_equal(gp_int(admin,
-				"SELECT count(*) FROM contacts WHERE id = %lld AND lease_token IS NULL"
-				" AND attempts = 0 AND tries = 0",
-				k[0]),
-			 1);
+	assert_int_equal(
+		gp_int(admin,
+		       "SELECT count(*) FROM contacts WHERE id = %lld AND lease_token IS NULL"
+		       " AND attempts = 0 AND tries = 0",
+		       k[0]),
+		1);
 	/* The writer gives the row up without a call: the next pass re-pends it. */
 	PQclear(fixture_sql(writer, "ROLLBACK"));
 	PQfinish(writer);
@@ -124,8 +125,9 @@ static void max_duration_sweep(void **state)
 	wenv_open(&w, &svc, &so);
 	wenv_call(&w, admin, "sb", gp_uuid(old, 9201), ko);
 	wenv_call(&w, admin, "sb", gp_uuid(young, 9202), ky);
-	gp_sql(admin, "UPDATE calls SET state = 'live', created_at = now() - interval '3 hours'"
-		      " WHERE id = '%s'",
+	gp_sql(admin,
+	       "UPDATE calls SET state = 'live', created_at = now() - interval '3 hours'"
+	       " WHERE id = '%s'",
 	       old);
 	assert_int_equal(wenv_running(&w, "sb"), 2);
 	struct sweep_report r = run_pass(&w, sweep_run_calls);
@@ -139,8 +141,9 @@ static void max_duration_sweep(void **state)
 			 1);
 	assert_string_equal(state_of(b, ko), "pending"); /* the retry policy: attempt 1 of 3 */
 	assert_int_equal(gp_int(admin, "SELECT attempts FROM contacts WHERE id = %lld", ko), 1);
-	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE id = '%s' AND state ="
-				       " 'dialing'",
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM calls WHERE id = '%s' AND state ="
+				" 'dialing'",
 				young),
 			 1);
 	r = run_pass(&w, sweep_run_calls);
