@@ -278,7 +278,14 @@ static void propose(struct sadmit *a)
 	a->n = 0;
 	if (drr_propose(&o->drr, 0, a->slots, GATE_CANDIDATES_MAX, &a->n_slots))
 		a->n_slots = 0;
-	for (uint32_t k = 0; k < a->n_slots; k++) {
+	/* Admissions in flight together start their walk one campaign further each, so that
+	 * concurrent admissions do not all offer the campaign whose turn it is (its charge comes
+	 * only with the answer). */
+	uint32_t rot = 0;
+	for (struct list_node *n = o->admits.next; n != &o->admits; n = n->next)
+		rot += list_entry(n, struct sadmit, node)->st == SA_INFLIGHT;
+	for (uint32_t j = 0; j < a->n_slots; j++) {
+		uint32_t k = (j + rot) % a->n_slots;
 		struct scamp *cp = &o->camps[a->slots[k]];
 		for (struct list_node *n = cp->contacts.next; n != &cp->contacts; n = n->next) {
 			struct scontact *c = list_entry(n, struct scontact, node);

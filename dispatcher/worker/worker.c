@@ -352,9 +352,11 @@ static int build_jobs(struct worker *w)
 {
 	const struct worker_options *o = &w->o;
 	struct gate_flow_options fo = { .loop = w->loop, .gate = w->gate, .pg = w->gpg };
-	struct gate_mode_options mo = {
-		.loop = w->loop, .pg = w->gpg, .gate = w->gate, .change_cb = on_mode_change, .data = w
-	};
+	struct gate_mode_options mo = { .loop = w->loop,
+					.pg = w->gpg,
+					.gate = w->gate,
+					.change_cb = on_mode_change,
+					.data = w };
 	struct handoff_options ho = {
 		.loop = w->loop, .gate = w->gate, .sub = w->sub, .worker = o->worker_id
 	};
@@ -387,8 +389,8 @@ static int build_jobs(struct worker *w)
 	if ((rc = gate_flow_new(&fo, &w->flow)) || (rc = gate_mode_new(&mo, &w->mode)) ||
 	    (rc = handoff_new(&ho, &w->handoff)) ||
 	    (rc = refresher_new(w->loop, w->pool, w->gate, w->gpg, &rf, &w->refresher)) ||
-	    (rc = reconciler_new(&rc_o, &w->reconciler)) || (rc = claim_new(w->pool, &co, &w->claim)) ||
-	    (rc = dial_new(&dopt, &w->dial)))
+	    (rc = reconciler_new(&rc_o, &w->reconciler)) ||
+	    (rc = claim_new(w->pool, &co, &w->claim)) || (rc = dial_new(&dopt, &w->dial)))
 		return rc;
 	struct select_options so = { .loop = w->loop,
 				     .claim = w->claim,
