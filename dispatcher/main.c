@@ -4,6 +4,7 @@
 #include "error.h"
 #include "log.h"
 #include "migrate.h"
+#include "run.h"
 #include "settings.h"
 
 #include <stdio.h>
@@ -23,6 +24,7 @@ static void usage(FILE *out)
 		"  migrate --status   list migrations and whether each is applied; exit 3 if any "
 		"is\n"
 		"                     pending\n"
+		"  run                the worker: claim, select, admit, dial; SIGTERM drains\n"
 		"  config [--markdown]\n"
 		"                     print the configuration table with its bounds and defaults\n"
 		"  --help, -h         this text\n"
@@ -43,6 +45,13 @@ static int run_command(int argc, char **argv, const struct settings *s)
 			return 2;
 		}
 		return migrate_main(s, status_only);
+	}
+	if (strcmp(cmd, "run") == 0) {
+		if (argc > 2) {
+			fprintf(stderr, "dispatcher: run: unknown option '%s'\n", argv[2]);
+			return 2;
+		}
+		return run_main(s);
 	}
 	if (strcmp(cmd, "config") == 0) {
 		bool md = argc > 2 && strcmp(argv[2], "--markdown") == 0;

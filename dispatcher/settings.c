@@ -2,8 +2,11 @@
 
 #include "error.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define OFF(field) offsetof(struct settings, field)
 
@@ -38,9 +41,80 @@ const struct config_setting settings_table[] = {
 	  OFF(reconnect_min_ms), "First reconnect delay; doubles per failure, with jitter." },
 	{ "DISPATCHER_RECONNECT_MAX_MS", CONFIG_INT, 100, 600000, "5000", NULL, "ms", false,
 	  OFF(reconnect_max_ms), "Cap on the reconnect delay." },
+	{ "PROVIDER_URL", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(provider_url),
+	  "http(s) URL the worker POSTs calls to. Unset: `dispatcher run` refuses to start." },
+	{ "PROVIDER_TOKEN", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(provider_token),
+	  "Bearer token sent to the provider; never logged. Unset: no Authorization header." },
+	{ "PROVIDER_WEBHOOK_SECRET", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false,
+	  OFF(webhook_secret),
+	  "Secret the provider signs its events with. Unset: `dispatcher run` refuses to start." },
+	{ "DISPATCHER_PUBLIC_URL", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(public_url),
+	  "http(s) base URL the provider calls back (events go to <it>/provider/events). Unset: "
+	  "http://DISPATCHER_LISTEN." },
+	{ "DISPATCHER_LEASE_SECONDS", CONFIG_INT, 5, 3600, "60", NULL, "s", false, OFF(lease_s),
+	  "Lease of a claimed contact; must exceed the slot wait plus the provider timeout." },
+	{ "DISPATCHER_LEASE_SWEEP_SECONDS", CONFIG_INT, 1, 600, "5", NULL, "s", false,
+	  OFF(lease_sweep_s),
+	  "Period of the sweep returning contacts whose lease expired without a call." },
+	{ "DISPATCHER_MAX_CALL_SECONDS", CONFIG_INT, 60, 86400, "7200", NULL, "s", false,
+	  OFF(max_call_s),
+	  "A call with no terminal event is ended and its slots freed after this." },
+	{ "DISPATCHER_CALL_SWEEP_SECONDS", CONFIG_INT, 1, 3600, "30", NULL, "s", false,
+	  OFF(call_sweep_s), "Period of the maximum-call-duration sweep." },
+	{ "DISPATCHER_RETENTION_DAYS", CONFIG_INT, 1, 3650, "30", NULL, "days", false,
+	  OFF(retention_days),
+	  "Calls, dial attempts and events older than this are deleted (by one elected worker)." },
+	{ "DISPATCHER_DRAIN_SECONDS", CONFIG_INT, 1, 600, "30", NULL, "s", false, OFF(drain_s),
+	  "On SIGTERM: stop claiming, finish in-flight requests, exit within this." },
+	{ "DISPATCHER_PROVIDER_TIMEOUT_MS", CONFIG_INT, 100, 120000, "10000", NULL, "ms", false,
+	  OFF(provider_timeout_ms), "Deadline of one request to the provider." },
+	{ "DISPATCHER_LANE_PROBE_SECONDS", CONFIG_INT, 1, 86400, "300", NULL, "s", false,
+	  OFF(lane_probe_s), "A lane stopped by a 401/403 probes the provider again after this." },
+	{ "DISPATCHER_CLAIM_PAGE", CONFIG_INT, 1, 1000, "50", NULL, NULL, false, OFF(claim_page),
+	  "Contacts claimed per statement." },
+	{ "DISPATCHER_REFRESH_PERIOD_MS", CONFIG_INT, 50, 60000, "1000", NULL, "ms", false,
+	  OFF(refresh_period_ms), "Period of the elected refresher (floors and limits)." },
+	{ "DISPATCHER_FLOOR_TTL_SECONDS", CONFIG_INT, 1, 3600, "10", NULL, "s", false,
+	  OFF(floor_ttl_s),
+	  "Installed floors expire after this unless renewed; must exceed the refresh period." },
+	{ "DISPATCHER_RECONCILE_SECONDS", CONFIG_INT, 1, 3600, "10", NULL, "s", false,
+	  OFF(reconcile_s), "Period of the elected reconciler (gate against PostgreSQL)." },
+	{ "DISPATCHER_HTTP_MAX_CONNECTIONS", CONFIG_INT, 16, 1000000, "1024", NULL, NULL, false,
+	  OFF(http_max_connections),
+	  "Open connections of the HTTP server (capped under the file-descriptor limit); beyond "
+	  "it: 503." },
 };
 
 const size_t settings_table_len = sizeof(settings_table) / sizeof(settings_table[0]);
+
+/* The bounds that span settings. Writes the message into err and returns DSP_ECONFIG. */
+static int cross_check(const struct settings *s, char *err, size_t len)
+{
+	if (s->reconnect_max_ms < s->reconnect_min_ms) {
+		snprintf(err, len,
+			 "DISPATCHER_RECONNECT_MAX_MS=%lld must not be below "
+			 "DISPATCHER_RECONNECT_MIN_MS=%lld",
+			 s->reconnect_max_ms, s->reconnect_min_ms);
+		return DSP_ECONFIG;
+	}
+	/* A claimed contact waits for a slot, then dials: its lease must outlive both. */
+	if (s->lease_s * 1000 <= s->batch_slot_wait_s * 1000 + s->provider_timeout_ms) {
+		snprintf(err, len,
+			 "DISPATCHER_LEASE_SECONDS=%lld must exceed "
+			 "BATCH_DISPATCH_SLOT_WAIT_SECONDS=%lld plus "
+			 "DISPATCHER_PROVIDER_TIMEOUT_MS=%lld",
+			 s->lease_s, s->batch_slot_wait_s, s->provider_timeout_ms);
+		return DSP_ECONFIG;
+	}
+	if (s->floor_ttl_s * 1000 <= s->refresh_period_ms) {
+		snprintf(err, len,
+			 "DISPATCHER_FLOOR_TTL_SECONDS=%lld must exceed "
+			 "DISPATCHER_REFRESH_PERIOD_MS=%lld",
+			 s->floor_ttl_s, s->refresh_period_ms);
+		return DSP_ECONFIG;
+	}
+	return 0;
+}
 
 int settings_load(struct settings *out)
 {
@@ -51,16 +125,36 @@ int settings_load(struct settings *out)
 		fprintf(stderr, "dispatcher: configuration error: %s\n", err);
 		return rc;
 	}
-	if (out->reconnect_max_ms < out->reconnect_min_ms) {
-		fprintf(stderr,
-			"dispatcher: configuration error: DISPATCHER_RECONNECT_MAX_MS=%lld must "
-			"not be "
-			"below DISPATCHER_RECONNECT_MIN_MS=%lld\n",
-			out->reconnect_max_ms, out->reconnect_min_ms);
+	if (cross_check(out, err, sizeof(err)) < 0) {
+		fprintf(stderr, "dispatcher: configuration error: %s\n", err);
 		settings_free(out);
 		return DSP_ECONFIG;
 	}
+	if (!out->public_url) {
+		size_t n = strlen(out->listen) + sizeof("http://");
+		out->public_url = malloc(n);
+		if (!out->public_url) {
+			settings_free(out);
+			return -ENOMEM;
+		}
+		snprintf(out->public_url, n, "http://%s", out->listen);
+	}
 	return 0;
+}
+
+int settings_check_run(const struct settings *s)
+{
+	const char *missing = !s->provider_url	   ? "PROVIDER_URL"
+			      : !s->webhook_secret ? "PROVIDER_WEBHOOK_SECRET"
+			      : !s->database_url   ? "DATABASE_URL"
+			      : !s->redis_url	   ? "REDIS_URL"
+						   : NULL;
+
+	if (!missing)
+		return 0;
+	fprintf(stderr, "dispatcher: configuration error: %s is not set (needed by `run`)\n",
+		missing);
+	return DSP_ECONFIG;
 }
 
 void settings_free(struct settings *s)

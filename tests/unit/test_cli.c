@@ -103,7 +103,8 @@ static void bad_setting_is_refused_with_its_bound(void **state)
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char *env[] = { (char *)cases[i].env, NULL };
+		/* A long lease, so the slot wait's own bounds are what is tested. */
+		char *env[] = { (char *)cases[i].env, "DISPATCHER_LEASE_SECONDS=3600", NULL };
 		run(&r, cfg, env);
 		if (r.code != cases[i].code)
 			fail_msg("%s: exit %d, want %d (%s)", cases[i].env, r.code, cases[i].code,
@@ -121,6 +122,20 @@ static void bad_setting_is_refused_with_its_bound(void **state)
 	run(&r, cfg, env);
 	assert_int_equal(r.code, 2);
 	assert_non_null(strstr(r.err, "DISPATCHER_RECONNECT_MAX_MS"));
+	/* The lease must outlive the slot wait plus the provider timeout: 15 s + 10 s < 26 s. */
+	char *lease_ok[] = { "DISPATCHER_LEASE_SECONDS=26", NULL };
+	run(&r, cfg, lease_ok);
+	assert_int_equal(r.code, 0);
+	char *lease_short[] = { "DISPATCHER_LEASE_SECONDS=25", NULL };
+	run(&r, cfg, lease_short);
+	assert_int_equal(r.code, 2);
+	assert_non_null(strstr(r.err, "DISPATCHER_LEASE_SECONDS"));
+	assert_non_null(strstr(r.err, "DISPATCHER_PROVIDER_TIMEOUT_MS"));
+	char *ttl_short[] = { "DISPATCHER_FLOOR_TTL_SECONDS=2", "DISPATCHER_REFRESH_PERIOD_MS=2000",
+			      NULL };
+	run(&r, cfg, ttl_short);
+	assert_int_equal(r.code, 2);
+	assert_non_null(strstr(r.err, "DISPATCHER_FLOOR_TTL_SECONDS"));
 }
 
 /* The README's table is exactly `dispatcher config --markdown`. */
