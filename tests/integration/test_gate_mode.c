@@ -25,7 +25,7 @@ static struct embedded svc;
 static PGconn *admin;
 
 struct env {
-	struct gate_env ge; /* loop, registry, the reconciler's connection and a gate on it */
+	struct gate_env ge;	  /* loop, registry, the reconciler's connection and a gate on it */
 	struct redis_conn *wconn; /* the worker's own connection */
 	struct gate *wg;	  /* the worker's gate */
 	struct gate_mode_ctl *ctl;
@@ -33,8 +33,8 @@ struct env {
 	struct gate_pg *pg;
 	struct reconciler *rec;
 	int closed, wups, new_servers;
-	bool hold;	  /* hold the worker's handshake */
-	bool held;	  /* a handshake is held: run */
+	bool hold; /* hold the worker's handshake */
+	bool held; /* a handshake is held: run */
 	uint64_t run;
 };
 
@@ -89,6 +89,14 @@ static bool env_up(void *arg)
 	       pg_pool_up_count(e->pool) == pg_pool_size(e->pool);
 }
 
+static bool settled(void *arg)
+{
+	struct gate_mode_state s;
+
+	gate_mode_get(((struct env *)arg)->ctl, &s);
+	return s.usable && !s.switching;
+}
+
 static void env_open(struct env *e)
 {
 	struct redis_conn_options ro = {
@@ -140,7 +148,10 @@ static void env_open(struct env *e)
 	};
 	assert_int_equal(reconciler_new(&rop, &e->rec), 0);
 	struct gate_mode_options mo = {
-		.loop = &e->ge.loop, .pg = e->pg, .gate = e->wg, .retry_ms = 50,
+		.loop = &e->ge.loop,
+		.pg = e->pg,
+		.gate = e->wg,
+		.retry_ms = 50,
 		.up_wait_ms = 60000, /* far beyond the held handshake */
 	};
 	assert_int_equal(gate_mode_new(&mo, &e->ctl), 0);
@@ -149,6 +160,7 @@ static void env_open(struct env *e)
 	assert_int_equal(redis_conn_start(e->wconn), 0);
 	fixture_run_until(&e->ge.loop, env_up, e, 60000);
 	assert_int_equal(gate_mode_start(e->ctl), 0);
+	fixture_run_until(&e->ge.loop, settled, e, 60000);
 }
 
 static void closed_cb(void *data)
@@ -231,14 +243,6 @@ static bool is_up(void *arg)
 	return redis_conn_is_up(arg);
 }
 
-static bool settled(void *arg)
-{
-	struct gate_mode_state s;
-
-	gate_mode_get(((struct env *)arg)->ctl, &s);
-	return s.usable && !s.switching;
-}
-
 /* Stops Redis (the worker's down switches the fleet), restarts it with the worker's handshake
  * held, and runs the way back on the reconciler's connection. Returns the redis epoch it
  * committed; the worker's controller has seen it, and its connection is still not up. */
@@ -317,7 +321,7 @@ static void reconnect_after_way_back(void **state)
 	gate_mode_get_stats(e.ctl, &after);
 	assert_int_equal(s.mode, GATE_MODE_REDIS);
 	assert_int_equal((long long)s.epoch, epoch);
-	assert_int_equal(gp_epoch(admin), epoch); /* no second switch */
+	assert_int_equal(gp_epoch(admin), epoch);	       /* no second switch */
 	assert_int_equal(after.switches, before.switches + 1); /* the outage's own, only */
 	assert_int_equal(after.adopted, before.adopted + 1);
 	/* The worker admits through Redis under the adopted generation. */
