@@ -5,6 +5,7 @@
 #include "fairshare.h"
 #include "gate_pgmode.h"
 #include "log.h"
+#include "redis_sub.h"
 #include "refresher_sql.h"
 
 #include <inttypes.h>
@@ -51,8 +52,12 @@ struct refresher {
 	char owner[128];
 	const struct pg_stmt *st[ST_COUNT];
 	uv_timer_t timer;
-	bool started, closing, timer_closed, again;
-	int pending; /* requests in flight */
+	uv_timer_t kick_timer; /* a kicked cycle, REFRESHER_KICK_GAP_MS after the last one ended */
+	bool started, closing, timer_closed, kick_closed;
+	bool again;	   /* a kick (or a period) came during the cycle: one more after it */
+	bool kick_armed;   /* kick_timer is running */
+	uint64_t last_end; /* uv_now() when the last cycle ended */
+	int pending;	   /* requests in flight */
 
 	/* the cycle */
 	bool busy;
@@ -179,7 +184,7 @@ static void destroy(struct refresher *r)
 
 static void maybe_free(struct refresher *r)
 {
-	if (r->closing && r->pending == 0 && r->timer_closed)
+	if (r->closing && r->pending == 0 && r->timer_closed && r->kick_closed)
 		destroy(r);
 }
 
@@ -271,6 +276,10 @@ static int cycle_begin(struct refresher *r)
 		return rc;
 	r->pending++;
 	r->busy = true;
+	if (r->kick_armed) { /* this cycle reads after the kick: it serves it */
+		uv_timer_stop(&r->kick_timer);
+		r->kick_armed = false;
+	}
 	return 0;
 }
 
@@ -309,6 +318,8 @@ static int renew(struct refresher *r)
 	return 0;
 }
 
+static void kick_arm(struct refresher *r);
+
 static void cycle_end(struct refresher *r, int status)
 {
 	refresher_step_cb cb = r->cb;
@@ -318,13 +329,12 @@ static void cycle_end(struct refresher *r, int status)
 	r->busy = false;
 	r->cb = NULL;
 	r->stats.cycles++;
+	r->last_end = uv_now(r->loop);
 	if (cb)
 		cb(r, status, data);
 	if (!r->busy && r->again && !r->closing && !r->o.manual) {
 		r->again = false;
-		r->elapsed_override = REFRESHER_ELAPSED_MEASURED;
-		if (cycle_begin(r))
-			r->again = true; /* the timer tries again */
+		kick_arm(r);
 	}
 }
 
@@ -1044,6 +1054,60 @@ static void install_pg(struct refresher *r)
 	r->pending++;
 }
 
+/* --- kicks --- */
+
+static void kick_timer_cb(uv_timer_t *t)
+{
+	struct refresher *r = t->data;
+
+	r->kick_armed = false;
+	if (r->busy) {
+		r->again = true;
+		return;
+	}
+	r->elapsed_override = REFRESHER_ELAPSED_MEASURED;
+	int rc = cycle_begin(r);
+	if (rc)
+		log_warn(LOG_GATE, "refresher: kicked cycle not started (%s): the period retries",
+			 dsp_strerror(rc));
+	else
+		r->stats.kicked++;
+}
+
+/* One cycle soon: REFRESHER_KICK_GAP_MS after the last one ended (at once if that is past).
+ * Kicks while it is armed are served by it. */
+static void kick_arm(struct refresher *r)
+{
+	if (r->kick_armed || r->closing)
+		return;
+	uint64_t now = uv_now(r->loop), due = r->last_end + REFRESHER_KICK_GAP_MS;
+	uint64_t delay = r->stats.cycles && due > now ? due - now : 0;
+	if (uv_timer_start(&r->kick_timer, kick_timer_cb, delay, 0) == 0)
+		r->kick_armed = true;
+}
+
+static void notify_cb(const char *channel, const char *payload, void *data)
+{
+	struct refresher *r = data;
+
+	(void)channel;
+	r->stats.notifies++;
+	refresher_kick(r, payload);
+}
+
+static void message_cb(struct redis_sub *sub, const char *channel, size_t channel_len,
+		       const char *payload, size_t payload_len, void *data)
+{
+	struct refresher *r = data;
+
+	(void)sub;
+	(void)channel;
+	(void)channel_len;
+	(void)payload_len;
+	r->stats.messages++;
+	refresher_kick(r, payload);
+}
+
 /* --- public --- */
 
 static void timer_cb(uv_timer_t *t)
@@ -1103,8 +1167,18 @@ int refresher_new(uv_loop_t *loop, struct pg_pool *pool, struct gate *gate, stru
 			return rc;
 		}
 	}
+	if (!o.manual) {
+		int rc = pg_pool_listen(pool, REFRESHER_CHANNEL_PG, notify_cb, r);
+		if (!rc && o.sub)
+			rc = redis_sub_subscribe(o.sub, REFRESHER_CHANNEL_REDIS, message_cb, r);
+		if (rc) {
+			free(r); /* a LISTEN registered on the pool stays: close the pool */
+			return rc;
+		}
+	}
 	uv_timer_init(loop, &r->timer);
-	r->timer.data = r;
+	uv_timer_init(loop, &r->kick_timer);
+	r->timer.data = r->kick_timer.data = r;
 	*out = r;
 	return 0;
 }
@@ -1123,14 +1197,12 @@ void refresher_kick(struct refresher *r, const char *org)
 {
 	if (r->closing || r->o.manual)
 		return;
+	r->stats.kicks++;
 	LOG_AT(LOG_DEBUG, LOG_GATE, (&(const struct log_ids){ .org = org }), "refresher: kicked");
-	if (r->busy) {
+	if (r->busy)
 		r->again = true;
-		return;
-	}
-	r->elapsed_override = REFRESHER_ELAPSED_MEASURED;
-	if (cycle_begin(r))
-		r->again = true;
+	else
+		kick_arm(r);
 }
 
 int refresher_step(struct refresher *r, uint64_t elapsed_ms, refresher_step_cb cb, void *data)
@@ -1155,7 +1227,10 @@ void refresher_get_stats(const struct refresher *r, struct refresher_stats *out)
 static void timer_close_cb(uv_handle_t *h)
 {
 	struct refresher *r = h->data;
-	r->timer_closed = true;
+	if (h == (uv_handle_t *)&r->timer)
+		r->timer_closed = true;
+	else
+		r->kick_closed = true;
 	maybe_free(r);
 }
 
@@ -1170,4 +1245,5 @@ void refresher_free(struct refresher *r)
 		cb(r, -ECANCELED, r->cb_data);
 	}
 	uv_close((uv_handle_t *)&r->timer, timer_close_cb);
+	uv_close((uv_handle_t *)&r->kick_timer, timer_close_cb);
 }

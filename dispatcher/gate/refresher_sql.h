@@ -30,6 +30,13 @@
 	" FROM organisations o CROSS JOIN system_settings s"                                       \
 	" LEFT JOIN fair_share_installs i ON i.org_id = o.id WHERE o.id = $1::text"
 
+/* The organisation's carries (fair_share_carries: parallel arrays in one row), one row per
+ * campaign whose carry is kept ('' the direct one). */
+#define SQL_REFRESHER_CARRIES_OF(org)                                                              \
+	"(SELECT t.* FROM fair_share_carries k, unnest(k.campaign_ids, k.floors, k.deficit_us,"    \
+	" k.fluid_num, k.fluid_den, k.idle_ms) AS t(campaign_id, floor, deficit_us, fluid_num,"    \
+	" fluid_den, idle_ms) WHERE k.org_id = " org ")"
+
 /* Every campaign of the organisation in byte order: id, agent, status, ceiling (0: none), due
  * contacts counted up to org_limit (the form of SQL_COUNT_DUE_CAPPED, dispatcher/queue_sql.h:
  * at most org_limit index entries of contacts_dialable_idx per active campaign), and the carry
@@ -42,8 +49,9 @@
 	" coalesce(f.floor, 0), coalesce(f.deficit_us, 0), coalesce(f.fluid_num, 0),"              \
 	" coalesce(f.fluid_den, 0), coalesce(f.idle_ms, 0)"                                        \
 	" FROM campaigns c JOIN organisations o ON o.id = c.org_id"                                \
-	" LEFT JOIN fair_share_floors f ON f.org_id = c.org_id AND f.campaign_id = c.id"           \
-	" WHERE c.org_id = $1::text ORDER BY c.id COLLATE \"C\""
+	" LEFT JOIN " SQL_REFRESHER_CARRIES_OF(                                                    \
+		"$1::text") " f ON f.campaign_id = c.id"                                           \
+			    " WHERE c.org_id = $1::text ORDER BY c.id COLLATE \"C\""
 
 /* Claimed contacts per campaign (the `waiting` input until the worker registers its waiters),
  * capped at org_limit. Scans contacts_lease_idx: every claimed contact of the fleet, a set
@@ -55,7 +63,7 @@
 
 /* The direct pseudo-campaign's carry (campaign_id ''). $1 org. */
 #define SQL_REFRESHER_DIRECT                                                                       \
-	"SELECT floor, deficit_us, fluid_num, fluid_den, idle_ms FROM fair_share_floors"           \
-	" WHERE org_id = $1::text AND campaign_id = ''"
+	"SELECT floor, deficit_us, fluid_num, fluid_den, idle_ms FROM " SQL_REFRESHER_CARRIES_OF(  \
+		"$1::text") " c WHERE campaign_id = ''"
 
 #endif
