@@ -82,7 +82,7 @@ const struct stmt_def gate_pgmode_stmts[] = {
 	  " i AS (SELECT * FROM unnest($3::text[], $4::int[], $5::bool[]) AS t(campaign_id, floor,"
 	  " active) WHERE floor > 0 OR active),"
 	  " d AS (DELETE FROM fair_share_floors f WHERE f.org_id = $1::text AND (SELECT v FROM ok)"
-	  " AND NOT EXISTS (SELECT 1 FROM i WHERE i.campaign_id = f.campaign_id)),"
+	  " AND f.campaign_id NOT IN (SELECT campaign_id FROM i)),"
 	  " u AS (INSERT INTO fair_share_floors (org_id, campaign_id, floor, version, computed_at,"
 	  " active)"
 	  " SELECT $1::text, i.campaign_id, i.floor, $2::bigint, now(), i.active FROM i"

@@ -22,7 +22,7 @@
  *      limits_version, the system limit and its version, the elapsed time since the last floors
  *      install (database clock), every campaign with its ceiling, agent, status, the count of
  *      its due contacts capped at org_limit (SQL_COUNT_DUE_CAPPED's form), and the exact carry
- *      stored with the last floors (fair_share_floors); the claimed contacts per campaign
+ *      stored with the last floors (fair_share_carries); the claimed contacts per campaign
  *      (`waiting`, capped likewise; until the worker registers its waiters, a claimed contact
  *      is counted as waiting); and from Redis (gate_read) the running counts per campaign and
  *      agent and the waiting direct dials k;
