@@ -1205,8 +1205,8 @@ int refresher_start(struct refresher *r)
 
 void refresher_kick(struct refresher *r, const char *org)
 {
-	if (r->closing || r->o.manual)
-		return;
+	if (r->closing || r->o.manual || !r->started)
+		return; /* not started: its first cycle reads everything anyway */
 	r->stats.kicks++;
 	LOG_AT(LOG_DEBUG, LOG_GATE, (&(const struct log_ids){ .org = org }), "refresher: kicked");
 	if (r->busy)

@@ -159,7 +159,8 @@ int refresher_start(struct refresher *r);
 /* Asks for a cycle soon (coalesced: see Timing above): the active set of org changed, a
  * ceiling or a limit changed, or the gate reported a campaign's demand below its floor. The
  * NOTIFYs and messages call it; the owner may too (e.g. when its subscriber comes back up).
- * Every kick refreshes every organisation (org is logged only). Ignored when manual. */
+ * Every kick refreshes every organisation (org is logged only). Ignored when manual or not
+ * started (refresher_start() runs a first cycle at once). */
 void refresher_kick(struct refresher *r, const char *org);
 
 /* Runs one cycle now (see the top of this file), with elapsed_ms as every organisation's
