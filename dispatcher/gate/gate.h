@@ -120,6 +120,9 @@ struct gate_release_result {
 	uint32_t passed;	/* FREED: expired wakes passed on */
 	uint32_t receivers;	/* FREED: subscribers the wake PUBLISHes reached */
 	const char *woken_call; /* FREED: the last woken waiter's call id, NULL for none */
+	bool refresh;		/* FREED: the campaign was left below its floor with no waiter:
+				 * "demand below floor" published on dsp:v1:refresh (README.md
+				 * "Hand-off"; at most once per org per 100 ms) */
 };
 
 /* What a hand-off script did (gate_handoff_beat(), gate_handoff_wake()). */
