@@ -80,8 +80,8 @@ struct gate_admit_req {
 	bool direct;		      /* a direct dial (the org's direct pseudo-campaign) */
 	const char *agent;	      /* direct: the dial's agent, NULL for none */
 	bool wait;		      /* if refused, register as a waiter (C9/C10): a direct dial
-				       * as a waiting direct dial, a batch call under its first
-				       * candidate (README.md "Hand-off") */
+				       * as a waiting direct dial, a batch call under each of its
+				       * candidates, woken once (README.md "Hand-off") */
 	const char *worker;	      /* the worker holding the waiter (its wake channel,
 				       * handoff.h); needed for a batch wait; NULL for a direct
 				       * dial: it counts in k but is never woken */
