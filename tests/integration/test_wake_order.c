@@ -125,8 +125,8 @@ static void order_beyond_eight(void **state)
 	static const struct {
 		const char *release, *woken, *campaign;
 	} steps[] = {
-		{ "f1", "zs1", "zs" }, { "f2", "ys1", "ys" }, { "f3", "zs2", "zs" },
-		{ "f4", "wa1", "wa" }, { "f5", "xa1", "xa" }, { "f6", "va1", "va" },
+		{ "f1", "zs1", "zs" },	{ "f2", "ys1", "ys" }, { "f3", "zs2", "zs" },
+		{ "f4", "wa1", "wa" },	{ "f5", "xa1", "xa" }, { "f6", "va1", "va" },
 		{ "k1c", "k1w", "k1" },
 	};
 	struct gate_env e;
