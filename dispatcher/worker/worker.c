@@ -361,6 +361,7 @@ static int build_jobs(struct worker *w)
 		.loop = w->loop, .gate = w->gate, .sub = w->sub, .worker = o->worker_id
 	};
 	struct refresher_options rf = { .owner = o->worker_id,
+					.sub = w->sub,
 					.period_ms = o->refresh_period_ms,
 					.floors_ttl_ms = o->floors_ttl_ms };
 	struct reconciler_options rc_o = { .loop = w->loop,
