@@ -236,12 +236,23 @@ static void http_closed(struct http_server *s, void *data)
 	close_all(w);
 }
 
+/* Idle and half-received connections were closed at once, the answers in flight written. */
+static void http_drained(struct http_server *s, void *data)
+{
+	struct http_server_stats st;
+
+	http_server_stats(s, &st);
+	log_info(LOG_MAIN, "drain: HTTP done (%llu idle, %llu half-received closed at once)",
+		 (unsigned long long)st.drain_idle, (unsigned long long)st.drain_dropped);
+	http_server_close(s, http_closed, data);
+}
+
 static void dial_drained(void *data)
 {
 	struct worker *w = data;
 
 	if (w->http)
-		http_server_close(w->http, http_closed, w);
+		http_server_drain(w->http, http_drained, w);
 	else
 		close_all(w);
 }
