@@ -33,6 +33,8 @@
 #define N_COLS	     11
 #define ROWS_MAX     1000 /* attempt rows per statement */
 #define LANE_ORG_MAX 65
+#define TAKE_MAX     64	  /* tokens one fleet take asks for (the calls queued, up to this) */
+#define LOCAL_MS     1000 /* after a failed fleet take, pace locally this long before asking again */
 
 struct dlane {
 	struct list_node node;
@@ -44,7 +46,14 @@ struct dlane {
 	uv_timer_t timer;	/* lane wait */
 	uv_timer_t probe;	/* stopped: resume after lane_probe_ms */
 	bool alerted;
-	int open_handles; /* closing: freed when both timers are closed */
+	int open_handles; /* closing: freed when both timers (and a take in flight) are done */
+	bool closing;	  /* dial_close(): only the handles' callbacks still come */
+	bool taking;	  /* fleet: a lane_take.lua call is in flight (its answer pumps) */
+	uint32_t granted; /* fleet: tokens of the last take not used yet (this pump only) */
+	enum lane_fleet_what fprobe; /* fleet: the next send is this probe (PROBE_*), else GO */
+	int64_t fprobe_until;	     /* with fprobe: what lane_fleet_clear() expects */
+	int64_t next_take_ms;	     /* fleet: no take before this (bucket, park or open wait) */
+	int64_t local_until_ms;	     /* fleet: paced locally until then (Redis did not answer) */
 };
 
 struct dcall {
@@ -54,6 +63,8 @@ struct dcall {
 	struct dial_call c;
 	char call[40], org[65], campaign[65], agent[65], to[20], from[36];
 	unsigned sends, throttled;
+	enum lane_fleet_what fprobe; /* this send is the fleet's probe (PROBE_*), else GO */
+	int64_t fprobe_until;
 	bool maybe_delivered, queued, inflight, resend_wait;
 	uint64_t queued_ms;
 	uv_timer_t timer; /* resend delay */
@@ -73,6 +84,8 @@ struct dial {
 	const struct pg_stmt *attempts, *unknown;
 	char *url, *auth, *callback, *provider;
 	struct dial_options o;
+	struct lane_fleet *fleet; /* NULL: lanes per worker */
+	bool fleet_down;	  /* logged: Redis did not answer a take, pacing locally */
 	struct list_node lanes, resend;
 	struct row *rows;
 	uint32_t n_rows, cap_rows;
@@ -281,6 +294,111 @@ static void probe_cb(uv_timer_t *t)
 	lane_pump(l);
 }
 
+/* ---- fleet-wide lanes (lane_fleet.h) ---- */
+
+static void fleet_unreachable(struct dlane *l, int64_t now, int rc)
+{
+	struct dial *d = l->d;
+
+	l->local_until_ms = now + LOCAL_MS;
+	if (!d->fleet_down)
+		log_warn(
+			LOG_DIAL,
+			"lanes: Redis did not answer a token take (%s): each lane is paced by this "
+			"worker's own bucket until it does",
+			dsp_strerror(rc));
+	d->fleet_down = true;
+}
+
+/* Another worker has the lane stopped (401/403): as a local stop, without the alert (that
+ * worker raised it), until the fleet's stop time. */
+static void fleet_stopped(struct dlane *l, uint64_t wait)
+{
+	struct dial *d = l->d;
+
+	if (!l->lane.stopped) {
+		d->st.fleet_stops++;
+		log_warn(LOG_DIAL,
+			 "lane %s is stopped fleet-wide (401/403); probing again in %llu ms",
+			 l->name, (unsigned long long)wait);
+	}
+	l->lane.stopped = true;
+	uv_timer_start(&l->probe, probe_cb, wait ? wait : 1, 0);
+	stop_lane_calls(l, DIAL_STOPPED);
+}
+
+static void fleet_taken(const struct lane_take *t, void *data)
+{
+	struct dlane *l = data;
+	struct dial *d = l->d;
+	int64_t now = now_ms(d);
+
+	l->taking = false;
+	d->handles--;
+	if (l->closing) {
+		if (--l->open_handles == 0)
+			free(l);
+		maybe_done(d);
+		return;
+	}
+	if (t->status) {
+		fleet_unreachable(l, now, t->status);
+	} else {
+		if (d->fleet_down)
+			log_info(LOG_DIAL,
+				 "lanes: Redis answers again: lanes are fleet-wide again");
+		d->fleet_down = false;
+		l->granted = t->granted;
+		if (t->what == LANE_FLEET_PROBE_STOP || t->what == LANE_FLEET_PROBE_OPEN) {
+			l->fprobe = t->what;
+			l->fprobe_until = t->probe_until_ms;
+		} else if (t->what == LANE_FLEET_STOPPED) {
+			fleet_stopped(l, t->wait_ms);
+		} else if (t->wait_ms) {
+			l->next_take_ms = now + (int64_t)t->wait_ms;
+		}
+	}
+	lane_pump(l);
+	maybe_done(d);
+}
+
+static void fleet_mark(struct dlane *l, enum lane_fleet_gate gate, uint64_t ms)
+{
+	if (!lane_fleet_mark(l->d->fleet, l->org, gate, ms, NULL, NULL))
+		l->d->st.fleet_marks++;
+}
+
+static void fleet_clear(struct dcall *c, enum lane_fleet_gate gate)
+{
+	if (!lane_fleet_clear(c->d->fleet, c->org, gate, c->fprobe_until, NULL, NULL))
+		c->d->st.fleet_marks++;
+}
+
+/* After lane_record(): writes what this answer changed for the fleet. opened: the circuit's
+ * open count before the answer. A probe's HTTP answer ends its stop (anything but 401/403) or
+ * its open circuit (anything but a refusal); a probe without an answer lets its time run out. */
+static void fleet_record(struct dcall *c, int status, const struct retry_decision *dec,
+			 uint64_t opened)
+{
+	struct dlane *l = c->lane;
+	int64_t now = now_ms(c->d);
+	uint64_t w;
+
+	if (dec->stop_lane)
+		fleet_mark(l, LANE_FLEET_GATE_STOP, c->d->o.lane_probe_ms);
+	else if (c->fprobe == LANE_FLEET_PROBE_STOP && status)
+		fleet_clear(c, LANE_FLEET_GATE_STOP);
+	if (dec->park_lane && (w = lane_park_wait(&l->lane.park, now)))
+		fleet_mark(l, LANE_FLEET_GATE_PARK, w);
+	if (l->lane.circuit.opened != opened && (w = lane_circuit_wait(&l->lane.circuit, now)))
+		fleet_mark(l, LANE_FLEET_GATE_OPEN, w);
+	else if (c->fprobe == LANE_FLEET_PROBE_OPEN && dec->circuit_refusal)
+		fleet_mark(l, LANE_FLEET_GATE_OPEN, l->lane.circuit.open_ms);
+	else if (c->fprobe == LANE_FLEET_PROBE_OPEN && status)
+		fleet_clear(c, LANE_FLEET_GATE_OPEN);
+	c->fprobe = LANE_FLEET_GO;
+}
+
 /* ---- one call ---- */
 
 static void call_closed(uv_handle_t *h)
@@ -406,7 +524,10 @@ static void answered(const struct http_client_response *resp, void *data)
 				    .sends = c->sends,
 				    .maybe_delivered = c->maybe_delivered };
 	retry_classify(&d->o.policy, &a, &cnt, unix_ms(), rnd32(d), &dec);
+	uint64_t opened = c->lane->lane.circuit.opened;
 	lane_record(&c->lane->lane, now_ms(d), &dec);
+	if (d->fleet)
+		fleet_record(c, a.status, &dec, opened);
 	if (dec.reason == RETRY_REASON_THROTTLED || dec.reason == RETRY_REASON_THROTTLED_HEADER)
 		c->throttled++;
 	if (a.transport != RETRY_TRANSPORT_NONE && a.transport != RETRY_TRANSPORT_CONNECT_FAILED &&
@@ -542,26 +663,77 @@ static void send_call(struct dcall *c)
 	d->st.inflight++;
 }
 
+/* A fleet token for one send now: one left from the last take, or, while Redis does not
+ * answer, one of this worker's own bucket. Otherwise false: a take was sent (its answer pumps
+ * again) or *wait is set. */
+static bool fleet_token(struct dlane *l, int64_t now, uint64_t *wait)
+{
+	struct dial *d = l->d;
+	uint32_t n = 0;
+	int rc;
+
+	*wait = 0;
+	if (l->granted) {
+		l->granted--;
+		return true;
+	}
+	if (now >= l->local_until_ms) {
+		if (now < l->next_take_ms) {
+			*wait = (uint64_t)(l->next_take_ms - now);
+			return false;
+		}
+		for (struct list_node *m = l->queue.next; m != &l->queue && n < TAKE_MAX;
+		     m = m->next)
+			n++;
+		rc = lane_fleet_take(d->fleet, l->org, d->o.lane.rate_per_s, d->o.lane.burst, n,
+				     fleet_taken, l);
+		if (!rc) {
+			l->taking = true;
+			d->handles++; /* the answer comes even on close (-ECANCELED) */
+			d->st.fleet_takes++;
+			return false;
+		}
+		fleet_unreachable(l, now, rc);
+	}
+	if ((*wait = token_bucket_take(&l->lane.bucket, now)))
+		return false;
+	d->st.fleet_local++;
+	return true;
+}
+
 static void lane_pump(struct dlane *l)
 {
 	struct dial *d = l->d;
 
-	while (!list_empty(&l->queue)) {
+	while (!list_empty(&l->queue) && !l->taking) {
 		struct dcall *c = list_entry(list_first(&l->queue), struct dcall, node);
+		int64_t now = now_ms(d);
+		bool resend = c->sends > 0;
 		uint64_t wait = 0;
-		enum lane_gate g = lane_admit(&l->lane, now_ms(d), c->sends > 0, &wait);
+		enum lane_gate g = d->fleet ? lane_check(&l->lane, now, resend, &wait)
+					    : lane_admit(&l->lane, now, resend, &wait);
 		if (g == LANE_STOPPED) {
 			stop_lane_calls(l, DIAL_STOPPED);
-			return;
+			break;
 		}
-		if (g == LANE_WAIT) {
-			uv_timer_start(&l->timer, lane_timer_cb, wait ? wait : 1, 0);
-			return;
+		if (g == LANE_WAIT || (d->fleet && !fleet_token(l, now, &wait))) {
+			if (wait)
+				uv_timer_start(&l->timer, lane_timer_cb, wait, 0);
+			break;
 		}
+		if (d->fleet)
+			lane_sent(&l->lane, now, resend);
 		list_del(&c->node);
 		c->queued = false;
-		lane_circuit_sent(&l->lane.circuit, now_ms(d));
+		c->fprobe = l->fprobe;
+		c->fprobe_until = l->fprobe_until;
+		l->fprobe = LANE_FLEET_GO;
 		send_call(c);
+	}
+	/* Tokens are used at once or dropped: one kept for later would be sent over the rate. */
+	if (!l->taking) {
+		l->granted = 0;
+		l->fprobe = LANE_FLEET_GO;
 	}
 }
 
@@ -605,6 +777,12 @@ int dial_new(const struct dial_options *o, struct dial **out)
 			goto fail;
 		snprintf(d->auth, n, "Authorization: Bearer %s", o->token);
 	}
+	if (o->redis && (rc = lane_fleet_new(o->redis, o->scripts, d->provider,
+					     d->o.timeout_ms + 1000, &d->fleet))) {
+		log_error(LOG_DIAL, "fleet-wide lanes: %s (provider name \"%s\")", dsp_strerror(rc),
+			  d->provider);
+		goto fail;
+	}
 	if ((rc = pg_pool_prepare(o->pool, SQL_ATTEMPTS, N_COLS, &d->attempts)) ||
 	    (rc = pg_pool_prepare(o->pool, SQL_MARK_UNKNOWN, 1, &d->unknown)))
 		goto fail;
@@ -621,6 +799,7 @@ int dial_new(const struct dial_options *o, struct dial **out)
 	*out = d;
 	return 0;
 fail:
+	lane_fleet_free(d->fleet);
 	free(d->url);
 	free(d->callback);
 	free(d->provider);
@@ -691,6 +870,7 @@ static void maybe_done(struct dial *d)
 		void (*cb)(void *) = d->closed_cb;
 		void *data = d->closed_data;
 		free(d->rows);
+		lane_fleet_free(d->fleet);
 		free(d->url);
 		free(d->callback);
 		free(d->provider);
@@ -763,7 +943,8 @@ void dial_close(struct dial *d, void (*closed_cb)(void *data), void *data)
 		struct dlane *l = list_entry(list_first(&d->lanes), struct dlane, node);
 		list_del(&l->node);
 		d->handles += 2;
-		l->open_handles = 2;
+		l->open_handles = 2 + (l->taking ? 1 : 0); /* a take's answer still comes */
+		l->closing = true;
 		uv_close((uv_handle_t *)&l->timer, lane_handle_closed);
 		uv_close((uv_handle_t *)&l->probe, lane_handle_closed);
 	}
