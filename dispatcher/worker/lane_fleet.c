@@ -31,8 +31,7 @@ struct req {
 	void *data;
 };
 
-static const char *const gate_field[] = { "stopped_until_ms", "parked_until_ms",
-					  "open_until_ms" };
+static const char *const gate_field[] = { "stopped_until_ms", "parked_until_ms", "open_until_ms" };
 
 static bool id_ok(const char *s, size_t max)
 {
@@ -100,15 +99,15 @@ int lane_fleet_key(const struct lane_fleet *f, const char *org, char *buf, size_
 
 static enum lane_fleet_what what_of(const redisReply *r)
 {
-	static const char *const names[] = { "go",     "bucket",     "stopped",	   "parked",
-					     "open",   "probe_stop", "probe_open" };
+	static const char *const names[] = { "go",   "bucket",	   "stopped",	"parked",
+					     "open", "probe_stop", "probe_open" };
 
 	if (r->type != REDIS_REPLY_STATUS && r->type != REDIS_REPLY_STRING)
-		return (enum lane_fleet_what)-1;
+		return (enum lane_fleet_what) - 1;
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		if (strcmp(r->str, names[i]) == 0)
 			return (enum lane_fleet_what)i;
-	return (enum lane_fleet_what)-1;
+	return (enum lane_fleet_what) - 1;
 }
 
 /* Parses {granted, wait_ms, what, now_ms, probe_until_ms}. Returns 0 or -EPROTO. */

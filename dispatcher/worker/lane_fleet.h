@@ -32,13 +32,13 @@
 struct lane_fleet;
 
 enum lane_fleet_what {
-	LANE_FLEET_GO = 0,	/* every token asked for was taken */
-	LANE_FLEET_BUCKET,	/* fewer (maybe none): the next token in wait_ms */
-	LANE_FLEET_STOPPED,	/* 401/403 somewhere in the fleet: nothing until wait_ms */
-	LANE_FLEET_PARKED,	/* throttled somewhere in the fleet */
-	LANE_FLEET_OPEN,	/* the circuit is open (or its probe is out) */
-	LANE_FLEET_PROBE_STOP,	/* one token, as the probe of a stop that has run out */
-	LANE_FLEET_PROBE_OPEN,	/* one token, as the probe of an open circuit that has run out */
+	LANE_FLEET_GO = 0,     /* every token asked for was taken */
+	LANE_FLEET_BUCKET,     /* fewer (maybe none): the next token in wait_ms */
+	LANE_FLEET_STOPPED,    /* 401/403 somewhere in the fleet: nothing until wait_ms */
+	LANE_FLEET_PARKED,     /* throttled somewhere in the fleet */
+	LANE_FLEET_OPEN,       /* the circuit is open (or its probe is out) */
+	LANE_FLEET_PROBE_STOP, /* one token, as the probe of a stop that has run out */
+	LANE_FLEET_PROBE_OPEN, /* one token, as the probe of an open circuit that has run out */
 };
 
 /* The gates lane_fleet_mark() writes (fields of the lane hash). */
@@ -49,9 +49,9 @@ enum lane_fleet_gate {
 };
 
 struct lane_take {
-	int status;		/* 0, or a negative code (Redis unreachable, error reply) */
-	uint32_t granted;	/* tokens taken */
-	uint64_t wait_ms;	/* BUCKET: until the next token; STOPPED/PARKED/OPEN: until it ends */
+	int status;	  /* 0, or a negative code (Redis unreachable, error reply) */
+	uint32_t granted; /* tokens taken */
+	uint64_t wait_ms; /* BUCKET: until the next token; STOPPED/PARKED/OPEN: until it ends */
 	enum lane_fleet_what what;
 	int64_t now_ms;		/* Redis's clock when it decided */
 	int64_t probe_until_ms; /* PROBE_*: what lane_fleet_clear() expects */

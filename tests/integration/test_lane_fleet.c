@@ -67,7 +67,8 @@ static long long redis_now_ms(void)
 	long long v;
 
 	assert_non_null(r);
-	v = strtoll(r->element[0]->str, NULL, 10) * 1000 + strtoll(r->element[1]->str, NULL, 10) / 1000;
+	v = strtoll(r->element[0]->str, NULL, 10) * 1000 +
+	    strtoll(r->element[1]->str, NULL, 10) / 1000;
 	freeReplyObject(r);
 	return v;
 }
@@ -400,7 +401,9 @@ static bool pool_up(void *arg)
 	return pg_pool_up_count(w->pool) == pg_pool_size(w->pool);
 }
 
-static void denv_open(struct denv *w, uint32_t rate, uint32_t burst, uint64_t probe_ms)
+/* dead0: dialer 0's Redis connection never comes up (env's third connection is replaced by one
+ * to a socket that does not exist). */
+static void denv_open(struct denv *w, uint32_t rate, uint32_t burst, uint64_t probe_ms, bool dead0)
 {
 	struct pg_pool_options po = { .conninfo = svc.database_url,
 				      .name = "lanes",
@@ -415,6 +418,20 @@ static void denv_open(struct denv *w, uint32_t rate, uint32_t burst, uint64_t pr
 
 	memset(w, 0, sizeof(*w));
 	env_open(&w->e);
+	if (dead0) {
+		struct redis_conn_options d = { .url = "unix:///nonexistent/redis.sock",
+						.name = "dead",
+						.connect_timeout_ms = 1000,
+						.command_timeout_ms = 1000,
+						.reconnect_min_ms = 1000,
+						.reconnect_max_ms = 5000,
+						.scripts = w->e.reg };
+		redis_conn_close(w->e.conn[2], count_cb, &w->closed);
+		fixture_run_until_count(&w->e.loop, &w->closed, 1, WAIT_MS);
+		w->closed = 0;
+		assert_int_equal(redis_conn_new(&w->e.loop, &d, &w->e.conn[2]), 0);
+		assert_int_equal(redis_conn_start(w->e.conn[2]), 0);
+	}
 	assert_int_equal(pg_pool_new(&w->e.loop, &po, &w->pool), 0);
 	http_server_config_defaults(&hc);
 	struct http_route route = { "POST", "/calls", 65536, provider_calls, &w->prov };
@@ -427,7 +444,7 @@ static void denv_open(struct denv *w, uint32_t rate, uint32_t burst, uint64_t pr
 					  .callback_url = "http://127.0.0.1:1/provider/events",
 					  .provider_name = PROVIDER,
 					  .lane_probe_ms = probe_ms,
-					  .redis = w->e.conn[i], /* one connection per worker */
+					  .redis = w->e.conn[dead0 && i == 0 ? 2 : i],
 					  .scripts = w->e.reg,
 					  .done_cb = dialed,
 					  .data = &w->res[i] };
@@ -500,7 +517,7 @@ static void two_dialers_share_the_rate(void **state)
 	struct denv w;
 
 	(void)state;
-	denv_open(&w, DR_RATE, DR_BURST, 300000);
+	denv_open(&w, DR_RATE, DR_BURST, 300000, false);
 	rint_cmd("DEL dsp:v1:{o:dr}:lane:" PROVIDER);
 	for (int i = 0; i < DR_CALLS; i++) {
 		start_call(&w, 0, "dr", 1000 + i);
@@ -549,7 +566,7 @@ static void park_seen_by_the_other(void **state)
 	struct denv w;
 
 	(void)state;
-	denv_open(&w, 0, 1, 300000);
+	denv_open(&w, 0, 1, 300000, false);
 	rint_cmd("DEL dsp:v1:{o:pk}:lane:" PROVIDER);
 	w.prov.mode = P_429;
 	start_call(&w, 0, "pk", 1);
@@ -582,7 +599,7 @@ static void stop_seen_fleet_wide(void **state)
 	struct denv w;
 
 	(void)state;
-	denv_open(&w, 0, 1, 1500);
+	denv_open(&w, 0, 1, 1500, false);
 	rint_cmd("DEL dsp:v1:{o:st}:lane:" PROVIDER);
 	w.prov.mode = P_401;
 	start_call(&w, 0, "st", 1);
@@ -615,6 +632,28 @@ static void stop_seen_fleet_wide(void **state)
 	denv_close(&w);
 }
 
+/* Redis unreachable (a connection that never comes up): the lane is paced by the dialer's own
+ * bucket, never unpaced — 30 calls at 20/s, burst 2, take ≥ (30 − 2 − 1) / 20 s (less 250 ms). */
+static void unreachable_redis_paces_locally(void **state)
+{
+	struct denv w;
+
+	(void)state;
+	denv_open(&w, DR_RATE, DR_BURST, 300000, true);
+	for (int i = 0; i < 30; i++)
+		start_call(&w, 0, "lo", 3000 + i);
+	run_until_at_least(&w, &w.res[0].placed, 30);
+	long long span = w.prov.at[29] - w.prov.at[0];
+	struct dial_stats st;
+	dial_get_stats(w.d[0], &st);
+	print_message("Redis down: 30 POSTs in %lld ms, %llu paced locally\n", span,
+		      (unsigned long long)st.fleet_local);
+	assert_true(span >= (30 - DR_BURST - 1) * 1000 / DR_RATE - 250);
+	assert_int_equal(st.fleet_local, 30);
+	assert_int_equal(st.fleet_takes, 0);
+	denv_close(&w);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -642,6 +681,7 @@ int main(void)
 		cmocka_unit_test(two_dialers_share_the_rate),
 		cmocka_unit_test(park_seen_by_the_other),
 		cmocka_unit_test(stop_seen_fleet_wide),
+		cmocka_unit_test(unreachable_redis_paces_locally),
 	};
 
 	int r;
