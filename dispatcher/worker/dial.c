@@ -1,5 +1,6 @@
 /* The dialer: lanes, the provider POST, the retry table, the attempt ledger (dial.h). */
 #include "dial.h"
+#include "dial_int.h"
 
 #include "error.h"
 #include "gate_pg_int.h" /* struct pgarr */
@@ -30,88 +31,14 @@
 	"UPDATE calls SET state = 'unknown', updated_at = now()"                                   \
 	" WHERE id = $1::uuid AND state = 'dialing'"
 
-#define N_COLS	     11
-#define ROWS_MAX     1000 /* attempt rows per statement */
-#define LANE_ORG_MAX 65
-#define TAKE_MAX     64	  /* tokens one fleet take asks for (the calls queued, up to this) */
-#define LOCAL_MS     1000 /* after a failed fleet take, pace locally this long before asking again */
-
-struct dlane {
-	struct list_node node;
-	struct dial *d;
-	char org[LANE_ORG_MAX];
-	char name[LANE_ORG_MAX + 32];
-	struct lane lane;
-	struct list_node queue; /* calls waiting to be sent, in order */
-	uv_timer_t timer;	/* lane wait */
-	uv_timer_t probe;	/* stopped: resume after lane_probe_ms */
-	bool alerted;
-	int open_handles; /* closing: freed when both timers (and a take in flight) are done */
-	bool closing;	  /* dial_close(): only the handles' callbacks still come */
-	bool taking;	  /* fleet: a lane_take.lua call is in flight (its answer pumps) */
-	uint32_t granted; /* fleet: tokens of the last take not used yet (this pump only) */
-	enum lane_fleet_what fprobe; /* fleet: the next send is this probe (PROBE_*), else GO */
-	int64_t fprobe_until;	     /* with fprobe: what lane_fleet_clear() expects */
-	int64_t next_take_ms;	     /* fleet: no take before this (bucket, park or open wait) */
-	int64_t local_until_ms;	     /* fleet: paced locally until then (Redis did not answer) */
-};
-
-struct dcall {
-	struct list_node node; /* lane queue, or the resend list */
-	struct dial *d;
-	struct dlane *lane;
-	struct dial_call c;
-	char call[40], org[65], campaign[65], agent[65], to[20], from[36];
-	unsigned sends, throttled;
-	enum lane_fleet_what fprobe; /* this send is the fleet's probe (PROBE_*), else GO */
-	int64_t fprobe_until;
-	bool maybe_delivered, queued, inflight, resend_wait;
-	uint64_t queued_ms;
-	uv_timer_t timer; /* resend delay */
-	struct http_client_call *http;
-};
-
-struct row {
-	char call[40], org[65], lane[LANE_ORG_MAX + 32], cls[16], reason[128];
-	int64_t contact;
-	int attempt, try, status, waited_ms, latency_ms;
-};
-
-struct dial {
-	uv_loop_t *loop;
-	struct pg_pool *pool;
-	struct http_client *http;
-	const struct pg_stmt *attempts, *unknown;
-	char *url, *auth, *callback, *provider;
-	struct dial_options o;
-	struct lane_fleet *fleet; /* NULL: lanes per worker */
-	bool fleet_down;	  /* logged: Redis did not answer a take, pacing locally */
-	struct list_node lanes, resend;
-	struct row *rows;
-	uint32_t n_rows, cap_rows;
-	uv_timer_t flush; /* zero timer: the loop turn's attempt rows in one statement */
-	unsigned flushing;
-	bool draining, closing;
-	void (*drained_cb)(void *data);
-	void *drained_data;
-	void (*closed_cb)(void *data);
-	void *closed_data;
-	unsigned handles;
-	struct dial_stats st;
-	uint64_t rng;
-};
-
+#define N_COLS	 11
+#define ROWS_MAX 1000 /* attempt rows per statement */
 static uint32_t rnd32(struct dial *d)
 {
 	d->rng ^= d->rng << 13;
 	d->rng ^= d->rng >> 7;
 	d->rng ^= d->rng << 17;
 	return (uint32_t)(d->rng >> 11);
-}
-
-static int64_t now_ms(struct dial *d)
-{
-	return (int64_t)uv_now(d->loop);
 }
 
 static int64_t unix_ms(void)
@@ -121,9 +48,6 @@ static int64_t unix_ms(void)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
-
-static void maybe_done(struct dial *d);
-static void lane_pump(struct dlane *l);
 
 /* ---- the attempt ledger ---- */
 
@@ -137,7 +61,7 @@ static void flush_done(int status, const struct pg_results *r, void *data)
 	if (status)
 		log_warn(LOG_DIAL, "dial_attempts insert failed: %s", dsp_strerror(status));
 	d->flushing--;
-	maybe_done(d);
+	dial_maybe_done(d);
 	(void)n;
 }
 
@@ -226,7 +150,7 @@ static void handle_closed(uv_handle_t *h)
 	struct dial *d = h->data;
 
 	d->handles--;
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 static void lane_handle_closed(uv_handle_t *h)
@@ -237,7 +161,7 @@ static void lane_handle_closed(uv_handle_t *h)
 	if (--l->open_handles == 0)
 		free(l);
 	d->handles--;
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 static struct dlane *lane_get(struct dial *d, const char *org)
@@ -255,7 +179,7 @@ static struct dlane *lane_get(struct dial *d, const char *org)
 	l->d = d;
 	snprintf(l->org, sizeof(l->org), "%s", org);
 	snprintf(l->name, sizeof(l->name), "%s/%s", d->provider, org);
-	lane_init(&l->lane, &d->o.lane, now_ms(d));
+	lane_init(&l->lane, &d->o.lane, dial_now_ms(d));
 	list_init(&l->queue);
 	uv_timer_init(d->loop, &l->timer);
 	uv_timer_init(d->loop, &l->probe);
@@ -267,12 +191,12 @@ static struct dlane *lane_get(struct dial *d, const char *org)
 
 static void lane_timer_cb(uv_timer_t *t)
 {
-	lane_pump(t->data);
+	dial_lane_pump(t->data);
 }
 
 static void finish(struct dcall *c, struct dial_result *r);
 
-static void stop_lane_calls(struct dlane *l, enum dial_disposition disp)
+void dial_stop_lane_calls(struct dlane *l, enum dial_disposition disp)
 {
 	while (!list_empty(&l->queue)) {
 		struct dcall *c = list_entry(list_first(&l->queue), struct dcall, node);
@@ -283,7 +207,7 @@ static void stop_lane_calls(struct dlane *l, enum dial_disposition disp)
 	}
 }
 
-static void probe_cb(uv_timer_t *t)
+void dial_probe_cb(uv_timer_t *t)
 {
 	struct dlane *l = t->data;
 
@@ -291,112 +215,7 @@ static void probe_cb(uv_timer_t *t)
 	lane_resume(&l->lane);
 	l->lane.stopped = false;
 	l->alerted = false;
-	lane_pump(l);
-}
-
-/* ---- fleet-wide lanes (lane_fleet.h) ---- */
-
-static void fleet_unreachable(struct dlane *l, int64_t now, int rc)
-{
-	struct dial *d = l->d;
-
-	l->local_until_ms = now + LOCAL_MS;
-	if (!d->fleet_down)
-		log_warn(
-			LOG_DIAL,
-			"lanes: Redis did not answer a token take (%s): each lane is paced by this "
-			"worker's own bucket until it does",
-			dsp_strerror(rc));
-	d->fleet_down = true;
-}
-
-/* Another worker has the lane stopped (401/403): as a local stop, without the alert (that
- * worker raised it), until the fleet's stop time. */
-static void fleet_stopped(struct dlane *l, uint64_t wait)
-{
-	struct dial *d = l->d;
-
-	if (!l->lane.stopped) {
-		d->st.fleet_stops++;
-		log_warn(LOG_DIAL,
-			 "lane %s is stopped fleet-wide (401/403); probing again in %llu ms",
-			 l->name, (unsigned long long)wait);
-	}
-	l->lane.stopped = true;
-	uv_timer_start(&l->probe, probe_cb, wait ? wait : 1, 0);
-	stop_lane_calls(l, DIAL_STOPPED);
-}
-
-static void fleet_taken(const struct lane_take *t, void *data)
-{
-	struct dlane *l = data;
-	struct dial *d = l->d;
-	int64_t now = now_ms(d);
-
-	l->taking = false;
-	d->handles--;
-	if (l->closing) {
-		if (--l->open_handles == 0)
-			free(l);
-		maybe_done(d);
-		return;
-	}
-	if (t->status) {
-		fleet_unreachable(l, now, t->status);
-	} else {
-		if (d->fleet_down)
-			log_info(LOG_DIAL,
-				 "lanes: Redis answers again: lanes are fleet-wide again");
-		d->fleet_down = false;
-		l->granted = t->granted;
-		if (t->what == LANE_FLEET_PROBE_STOP || t->what == LANE_FLEET_PROBE_OPEN) {
-			l->fprobe = t->what;
-			l->fprobe_until = t->probe_until_ms;
-		} else if (t->what == LANE_FLEET_STOPPED) {
-			fleet_stopped(l, t->wait_ms);
-		} else if (t->wait_ms) {
-			l->next_take_ms = now + (int64_t)t->wait_ms;
-		}
-	}
-	lane_pump(l);
-	maybe_done(d);
-}
-
-static void fleet_mark(struct dlane *l, enum lane_fleet_gate gate, uint64_t ms)
-{
-	if (!lane_fleet_mark(l->d->fleet, l->org, gate, ms, NULL, NULL))
-		l->d->st.fleet_marks++;
-}
-
-static void fleet_clear(struct dcall *c, enum lane_fleet_gate gate)
-{
-	if (!lane_fleet_clear(c->d->fleet, c->org, gate, c->fprobe_until, NULL, NULL))
-		c->d->st.fleet_marks++;
-}
-
-/* After lane_record(): writes what this answer changed for the fleet. opened: the circuit's
- * open count before the answer. A probe's HTTP answer ends its stop (anything but 401/403) or
- * its open circuit (anything but a refusal); a probe without an answer lets its time run out. */
-static void fleet_record(struct dcall *c, int status, const struct retry_decision *dec,
-			 uint64_t opened)
-{
-	struct dlane *l = c->lane;
-	int64_t now = now_ms(c->d);
-	uint64_t w;
-
-	if (dec->stop_lane)
-		fleet_mark(l, LANE_FLEET_GATE_STOP, c->d->o.lane_probe_ms);
-	else if (c->fprobe == LANE_FLEET_PROBE_STOP && status)
-		fleet_clear(c, LANE_FLEET_GATE_STOP);
-	if (dec->park_lane && (w = lane_park_wait(&l->lane.park, now)))
-		fleet_mark(l, LANE_FLEET_GATE_PARK, w);
-	if (l->lane.circuit.opened != opened && (w = lane_circuit_wait(&l->lane.circuit, now)))
-		fleet_mark(l, LANE_FLEET_GATE_OPEN, w);
-	else if (c->fprobe == LANE_FLEET_PROBE_OPEN && dec->circuit_refusal)
-		fleet_mark(l, LANE_FLEET_GATE_OPEN, l->lane.circuit.open_ms);
-	else if (c->fprobe == LANE_FLEET_PROBE_OPEN && status)
-		fleet_clear(c, LANE_FLEET_GATE_OPEN);
-	c->fprobe = LANE_FLEET_GO;
+	dial_lane_pump(l);
 }
 
 /* ---- one call ---- */
@@ -408,7 +227,7 @@ static void call_closed(uv_handle_t *h)
 
 	free(c);
 	d->handles--;
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 static void finish(struct dcall *c, struct dial_result *r)
@@ -457,9 +276,9 @@ static void resend_cb(uv_timer_t *t)
 	list_del(&c->node);
 	c->resend_wait = false;
 	c->queued = true;
-	c->queued_ms = (uint64_t)now_ms(c->d);
+	c->queued_ms = (uint64_t)dial_now_ms(c->d);
 	list_add_head(&c->lane->queue, &c->node);
-	lane_pump(c->lane);
+	dial_lane_pump(c->lane);
 }
 
 static bool body_throttled(const char *body)
@@ -525,9 +344,9 @@ static void answered(const struct http_client_response *resp, void *data)
 				    .maybe_delivered = c->maybe_delivered };
 	retry_classify(&d->o.policy, &a, &cnt, unix_ms(), rnd32(d), &dec);
 	uint64_t opened = c->lane->lane.circuit.opened;
-	lane_record(&c->lane->lane, now_ms(d), &dec);
+	lane_record(&c->lane->lane, dial_now_ms(d), &dec);
 	if (d->fleet)
-		fleet_record(c, a.status, &dec, opened);
+		dial_fleet_record(c, a.status, &dec, opened);
 	if (dec.reason == RETRY_REASON_THROTTLED || dec.reason == RETRY_REASON_THROTTLED_HEADER)
 		c->throttled++;
 	if (a.transport != RETRY_TRANSPORT_NONE && a.transport != RETRY_TRANSPORT_CONNECT_FAILED &&
@@ -583,15 +402,15 @@ static void answered(const struct http_client_response *resp, void *data)
 				  "ALERT lane %s stopped: the provider answered %d (credentials or "
 				  "contract; check PROVIDER_TOKEN); probing again in %llu ms",
 				  l->name, a.status, (unsigned long long)d->o.lane_probe_ms);
-			uv_timer_start(&l->probe, probe_cb, d->o.lane_probe_ms, 0);
+			uv_timer_start(&l->probe, dial_probe_cb, d->o.lane_probe_ms, 0);
 		}
 		r.disposition = DIAL_STOPPED;
 		finish(c, &r);
-		stop_lane_calls(l, DIAL_STOPPED);
+		dial_stop_lane_calls(l, DIAL_STOPPED);
 		break;
 	}
 	}
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 static int post(struct dcall *c)
@@ -644,7 +463,7 @@ static int post(struct dcall *c)
 static void send_call(struct dcall *c)
 {
 	struct dial *d = c->d;
-	int64_t waited = now_ms(d) - (int64_t)c->queued_ms;
+	int64_t waited = dial_now_ms(d) - (int64_t)c->queued_ms;
 
 	c->sends++;
 	d->st.sends++;
@@ -663,60 +482,22 @@ static void send_call(struct dcall *c)
 	d->st.inflight++;
 }
 
-/* A fleet token for one send now: one left from the last take, or, while Redis does not
- * answer, one of this worker's own bucket. Otherwise false: a take was sent (its answer pumps
- * again) or *wait is set. */
-static bool fleet_token(struct dlane *l, int64_t now, uint64_t *wait)
-{
-	struct dial *d = l->d;
-	uint32_t n = 0;
-	int rc;
-
-	*wait = 0;
-	if (l->granted) {
-		l->granted--;
-		return true;
-	}
-	if (now >= l->local_until_ms) {
-		if (now < l->next_take_ms) {
-			*wait = (uint64_t)(l->next_take_ms - now);
-			return false;
-		}
-		for (struct list_node *m = l->queue.next; m != &l->queue && n < TAKE_MAX;
-		     m = m->next)
-			n++;
-		rc = lane_fleet_take(d->fleet, l->org, d->o.lane.rate_per_s, d->o.lane.burst, n,
-				     fleet_taken, l);
-		if (!rc) {
-			l->taking = true;
-			d->handles++; /* the answer comes even on close (-ECANCELED) */
-			d->st.fleet_takes++;
-			return false;
-		}
-		fleet_unreachable(l, now, rc);
-	}
-	if ((*wait = token_bucket_take(&l->lane.bucket, now)))
-		return false;
-	d->st.fleet_local++;
-	return true;
-}
-
-static void lane_pump(struct dlane *l)
+void dial_lane_pump(struct dlane *l)
 {
 	struct dial *d = l->d;
 
 	while (!list_empty(&l->queue) && !l->taking) {
 		struct dcall *c = list_entry(list_first(&l->queue), struct dcall, node);
-		int64_t now = now_ms(d);
+		int64_t now = dial_now_ms(d);
 		bool resend = c->sends > 0;
 		uint64_t wait = 0;
 		enum lane_gate g = d->fleet ? lane_check(&l->lane, now, resend, &wait)
 					    : lane_admit(&l->lane, now, resend, &wait);
 		if (g == LANE_STOPPED) {
-			stop_lane_calls(l, DIAL_STOPPED);
+			dial_stop_lane_calls(l, DIAL_STOPPED);
 			break;
 		}
-		if (g == LANE_WAIT || (d->fleet && !fleet_token(l, now, &wait))) {
+		if (g == LANE_WAIT || (d->fleet && !dial_fleet_token(l, now, &wait))) {
 			if (wait)
 				uv_timer_start(&l->timer, lane_timer_cb, wait, 0);
 			break;
@@ -839,7 +620,7 @@ int dial_start(struct dial *d, const struct dial_call *in)
 	c->timer.data = c;
 	d->handles++;
 	c->queued = true;
-	c->queued_ms = (uint64_t)now_ms(d);
+	c->queued_ms = (uint64_t)dial_now_ms(d);
 	list_add_tail(&l->queue, &c->node);
 	/* Sent from the lane's timer, never from inside this call (done_cb may run on a stop). */
 	if (!uv_is_active((uv_handle_t *)&l->timer))
@@ -859,7 +640,7 @@ bool dial_lane_stopped(struct dial *d, const char *org)
 	return false;
 }
 
-static void maybe_done(struct dial *d)
+void dial_maybe_done(struct dial *d)
 {
 	if (d->draining && d->drained_cb && !d->st.inflight && !d->n_rows && !d->flushing) {
 		void (*cb)(void *) = d->drained_cb;
@@ -886,7 +667,7 @@ static void end_waiting(struct dial *d)
 	struct list_node *n;
 
 	for (n = d->lanes.next; n != &d->lanes; n = n->next)
-		stop_lane_calls(list_entry(n, struct dlane, node), DIAL_DRAINED);
+		dial_stop_lane_calls(list_entry(n, struct dlane, node), DIAL_DRAINED);
 	while (!list_empty(&d->resend)) {
 		struct dcall *c = list_entry(list_first(&d->resend), struct dcall, node);
 		list_del(&c->node);
@@ -903,7 +684,7 @@ void dial_drain(struct dial *d, void (*cb)(void *data), void *data)
 	d->drained_cb = cb;
 	d->drained_data = data;
 	end_waiting(d);
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 void dial_get_stats(const struct dial *d, struct dial_stats *out)
@@ -925,7 +706,7 @@ static void client_closed(struct http_client *c, void *data)
 
 	(void)c;
 	d->http = NULL;
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 void dial_close(struct dial *d, void (*closed_cb)(void *data), void *data)
