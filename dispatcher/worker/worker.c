@@ -337,7 +337,8 @@ static int build_connections(struct worker *w)
 	int rc;
 
 	if ((rc = redis_scripts_new(&w->reg)) || (rc = gate_scripts_register(w->reg)) ||
-	    (rc = gate_recon_scripts_register(w->reg)))
+	    (rc = gate_recon_scripts_register(w->reg)) ||
+	    (rc = lane_fleet_scripts_register(w->reg)))
 		return rc;
 	ro.scripts = w->reg;
 	if ((rc = redis_conn_new(w->loop, &ro, &w->conn)))
@@ -390,6 +391,8 @@ static int build_jobs(struct worker *w)
 				     .callback_url = w->callback,
 				     .timeout_ms = o->provider_timeout_ms,
 				     .lane_probe_ms = o->lane_probe_ms,
+				     .redis = w->conn, /* fleet-wide lanes (lane_fleet.h) */
+				     .scripts = w->reg,
 				     .done_cb = on_dial,
 				     .data = w };
 	int rc;
