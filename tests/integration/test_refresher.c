@@ -965,8 +965,8 @@ static struct refresher *kick_open(struct side *s, const char *name, struct refr
 	return s->r[0];
 }
 
-/* A ceiling changed in PostgreSQL (with a hand bump of limits_version, still fine since 0011, C4) is installed in Redis
- * by a cycle the NOTIFY of migration 0004 started, not by the period. */
+/* A ceiling changed in PostgreSQL (with a hand bump of limits_version, still fine since 0011, C4)
+ * is installed in Redis by a cycle the NOTIFY of migration 0004 started, not by the period. */
 static void test_kick_ceiling(void **state)
 {
 	(void)state;
