@@ -78,16 +78,18 @@ const struct stmt_def gate_pg_stmts[] = {
 	  " RETURNING gate_mode, gate_epoch)"
 	  " SELECT gate_mode, gate_epoch, pg_notify('" GATE_PG_CHANNEL_MODE "',"
 	  " gate_mode || ' ' || gate_epoch) FROM u" },
-	/* The way back's commit: mode redis, epoch + 1 and the generation the rebuild wrote. */
+	/* The way back's commit: mode redis, epoch + 1 and the generation the rebuild wrote; from
+	 * postgres mode, or from a redis epoch with no generation recorded (the initial build). */
 	{ ST_SWITCH_REDIS, 2,
 	  "WITH u AS (UPDATE system_settings SET gate_mode = 'redis',"
 	  " gate_epoch = gate_epoch + 1, gate_generation = $2::text, updated_at = now()"
-	  " WHERE gate_epoch = $1::bigint AND gate_mode <> 'redis'"
+	  " WHERE gate_epoch = $1::bigint AND (gate_mode <> 'redis' OR gate_generation IS NULL)"
 	  " RETURNING gate_mode, gate_epoch, gate_generation)"
 	  " SELECT gate_mode, gate_epoch, gate_generation, pg_notify('" GATE_PG_CHANNEL_MODE "',"
 	  " gate_mode || ' ' || gate_epoch) FROM u" },
 	{ ST_SYSTEM_LOCK, 0,
-	  "SELECT gate_mode, gate_epoch, global_limit FROM system_settings FOR UPDATE" },
+	  "SELECT gate_mode, gate_epoch, global_limit, gate_generation FROM system_settings"
+	  " FOR UPDATE" },
 	{ ST_LEASE, 2,
 	  "SELECT count(*) FROM leases WHERE name = 'reconciler' AND owner = $1::text"
 	  " AND version = $2::bigint AND lease_until > clock_timestamp()" },

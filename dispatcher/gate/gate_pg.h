@@ -234,16 +234,23 @@ struct gate_pg_live_call {
  * seen_epoch). The caller rebuilds Redis from them (gate_system_init, then gate_org_rebuild per
  * org, under a generation from reconcile_generation(seen_epoch + 1, ...)) and then calls
  * gate_pg_rebuild_finish() exactly once. Any other status: rb is NULL and nothing is held:
- * -ESTALE (the mode is not postgres at seen_epoch), -EPERM (lease_owner no longer holds the
+ * -ESTALE (the mode at seen_epoch is not one gate_pg_rebuild_allowed() accepts), -EPERM (lease_owner no longer holds the
  * reconciler lease at lease_version), -ETIMEDOUT (the lock was not granted in time), DSP_EPG, a
  * transport error or -ECANCELED. */
 typedef void (*gate_pg_rebuild_cb)(struct gate_pg_rebuild *rb, int status,
 				   const struct gate_pg_live_call *calls, uint32_t n,
 				   const struct gate_pg_mode *mode, void *data);
 
+/* True when the way back may start from mode m: postgres mode, or a redis epoch with no
+ * generation recorded (system_settings.gate_generation NULL: a fresh install, or a fleet set to
+ * redis mode before migration 0003). No worker admits in Redis under such an epoch (gate_mode.h
+ * adopts only a recorded generation), so building it is the way back without a switch first:
+ * the same transaction, the same guarantee (README-pg.md, "The initial build"). */
+bool gate_pg_rebuild_allowed(const struct gate_pg_mode *m);
+
 /* Begins the switch back: an interactive transaction that takes the epoch lock exclusively
  * (waiting at most timeout_ms, which also bounds the whole transaction on the server), locks the
- * system row, checks the mode (postgres at seen_epoch) and, when lease_owner is not NULL, the
+ * system row, checks the mode (gate_pg_rebuild_allowed() at seen_epoch) and, when lease_owner is not NULL, the
  * reconciler lease (leases row 'reconciler' held by lease_owner at lease_version, unexpired),
  * and reads every live call. Returns 0 (cb will be called), -EINVAL, -ENOMEM or the pool's
  * refusal. */

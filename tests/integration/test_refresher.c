@@ -141,6 +141,11 @@ static void seed(const char *org, int n, int due)
 	seed_orgs(orgs, n, due);
 }
 
+static long long org_version(const char *org)
+{
+	return gp_int(admin, "SELECT limits_version FROM organisations WHERE id = '%s'", org);
+}
+
 static uint64_t fv(uint64_t lease, uint64_t seq)
 {
 	uint64_t v = 0;
@@ -242,7 +247,7 @@ static void test_election(void **state)
 	struct view_copy v;
 	assert_int_equal(genv_read(&env, "oe", &v), 0);
 	assert_int_equal(v.v.floors_version, fv(lease, 1));
-	assert_int_equal(v.v.limits_version, 1);
+	assert_int_equal(v.v.limits_version, org_version("oe")); /* bumped by every insert (0011) */
 	assert_int_equal(v.v.org_limit, 20);
 	/* need 10 each: floors 10, 10, 0 would not be fair; 20 over 3 is 7, 7, 6 */
 	uint32_t sum = 0;
@@ -292,7 +297,7 @@ static void test_limit_change(void **state)
 	struct refresher_stats st;
 	refresher_get_stats(s.r[0], &st);
 	uint64_t c0 = st.cycles;
-	w.want = 2;
+	w.want = (uint64_t)org_version("oc");
 	fixture_run_until(&env.loop, limits_seen, &w, 60000);
 	refresher_get_stats(s.r[0], &st);
 	/* The cycle in progress at the commit (index c0) may have read before it; the next one
@@ -960,8 +965,8 @@ static struct refresher *kick_open(struct side *s, const char *name, struct refr
 	return s->r[0];
 }
 
-/* A ceiling changed in PostgreSQL (the writer bumps limits_version, C4) is installed in Redis
- * by a cycle the NOTIFY of migration 0004 started, not by the period. */
+/* A ceiling changed in PostgreSQL (with a hand bump of limits_version, still fine since 0011, C4)
+ * is installed in Redis by a cycle the NOTIFY of migration 0004 started, not by the period. */
 static void test_kick_ceiling(void **state)
 {
 	(void)state;
@@ -1011,6 +1016,75 @@ static void test_kick_new_batch(void **state)
 	refresher_get_stats(r, &st);
 	assert_int_equal(st.notifies, 1); /* 50 rows, one statement: one notification */
 	assert_true(st.kicked >= 1);
+	side_close(&s, &env);
+}
+
+/* Plain SQL, no version bump by hand (migration 0011): the database bumps
+ * organisations.limits_version, so the cycle the NOTIFY starts installs the limits. A new
+ * campaign is known to the gate (admitted, not refused `unknown`) and a changed org_limit is
+ * enforced, each within one kick of a 60 s period; a writer who bumps by hand in the same
+ * statement gets one bump, not two. */
+static bool kick_known(void *arg)
+{
+	struct kick_watch *w = arg;
+	struct view_copy v;
+	if (genv_read(&env, w->org, &v))
+		return false;
+	for (uint32_t i = 0; i < v.n_campaigns; i++)
+		if (!strcmp(v.campaigns[i].id, w->campaign))
+			return v.campaigns[i].known;
+	return false;
+}
+
+static bool kick_org_limit(void *arg)
+{
+	struct kick_watch *w = arg;
+	struct view_copy v;
+	return genv_read(&env, w->org, &v) == 0 && v.v.org_limit == w->ceiling;
+}
+
+static void test_plain_sql_limits(void **state)
+{
+	(void)state;
+	seed("ol", 2, 3);
+	struct refresher_options o = { .owner = "L" };
+	struct side s;
+	struct refresher *r = kick_open(&s, "refr-l", &o);
+	char call[37];
+	struct admit_out a = genv_admit(&env, "ol", gp_uuid(call, 300), "ol_new");
+	assert_int_equal(a.r.outcome, GATE_REFUSED);
+	assert_int_equal(a.r.decisions[0].reason, GATE_REASON_UNKNOWN);
+
+	long long v0 = org_version("ol");
+	long long t0 = fixture_now_ms();
+	gp_sql(admin, "INSERT INTO campaigns (id, org_id, agent_id, max_concurrent_calls)"
+		      " VALUES ('ol_new', 'ol', 'ol_a0', 2)");
+	assert_int_equal(org_version("ol"), v0 + 1);
+	struct kick_watch w = { .r = r, .org = "ol", .campaign = "ol_new" };
+	fixture_run_until(&env.loop, kick_known, &w, KICK_WAIT_MS);
+	assert_true(fixture_now_ms() - t0 < KICK_PERIOD_MS);
+	a = genv_admit(&env, "ol", gp_uuid(call, 301), "ol_new");
+	assert_int_equal(a.status, 0);
+	assert_int_equal(a.r.outcome, GATE_ADMITTED);
+
+	gp_sql(admin, "UPDATE organisations SET org_limit = 1 WHERE id = 'ol'");
+	assert_int_equal(org_version("ol"), v0 + 2);
+	w.ceiling = 1;
+	fixture_run_until(&env.loop, kick_org_limit, &w, KICK_WAIT_MS);
+	a = genv_admit(&env, "ol", gp_uuid(call, 302), "ol_c0 ol_c1 ol_new");
+	assert_int_equal(a.r.outcome, GATE_REFUSED);
+	assert_int_equal(a.r.decisions[0].level, FAIRSHARE_LEVEL_ORG);
+
+	/* bumped by hand in the same statement: one bump */
+	gp_sql(admin, "UPDATE organisations SET org_limit = 2, limits_version = limits_version + 1"
+		      " WHERE id = 'ol'");
+	assert_int_equal(org_version("ol"), v0 + 3);
+	w.ceiling = 2;
+	fixture_run_until(&env.loop, kick_org_limit, &w, KICK_WAIT_MS);
+	struct refresher_stats st;
+	refresher_get_stats(r, &st);
+	assert_int_equal(st.limits_installs, 4);
+	assert_true(st.kicked >= 3);
 	side_close(&s, &env);
 }
 
@@ -1117,13 +1191,20 @@ static void test_kick_coalesced(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_due_capped_plan),	      cmocka_unit_test(test_election),
-		cmocka_unit_test(test_install_wakes_waiter),  cmocka_unit_test(test_limit_change),
-		cmocka_unit_test(test_fenced_writes_nothing), cmocka_unit_test(test_long_cycle),
-		cmocka_unit_test(test_delta_fallback),	      cmocka_unit_test(test_takeover),
-		cmocka_unit_test(test_system_limit_restored), cmocka_unit_test(test_kick_ceiling),
-		cmocka_unit_test(test_kick_new_batch),	      cmocka_unit_test(test_kick_publish),
+		cmocka_unit_test(test_due_capped_plan),
+		cmocka_unit_test(test_election),
+		cmocka_unit_test(test_install_wakes_waiter),
+		cmocka_unit_test(test_limit_change),
+		cmocka_unit_test(test_fenced_writes_nothing),
+		cmocka_unit_test(test_long_cycle),
+		cmocka_unit_test(test_delta_fallback),
+		cmocka_unit_test(test_takeover),
+		cmocka_unit_test(test_system_limit_restored),
+		cmocka_unit_test(test_kick_ceiling),
+		cmocka_unit_test(test_kick_new_batch),
+		cmocka_unit_test(test_kick_publish),
 		cmocka_unit_test(test_kick_coalesced),
+		cmocka_unit_test(test_plain_sql_limits),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
