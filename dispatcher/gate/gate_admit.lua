@@ -89,6 +89,7 @@ local reply = {0, '', now, k, 0, 0, 0, 0, 0} -- sized for one decision (a table'
 local d1, d2, d3, d4, d5, d6, d7 = 0, 0, 0, 0, 0, 0, 0 -- admitted, fcfs, refused by level
 local R -- min(k, max(1, floor(direct))) with valid floors, min(k, 1) without (R6, R9)
 local c, r, f, ceil, known, sag, ag, agr, ags
+local last, lastr, lasts -- the agent record read last (candidates often share an agent)
 local admitted = false
 for i = 1, ncand do
 	c = ARGV[5 + i]
@@ -110,11 +111,14 @@ for i = 1, ncand do
 	elseif batch and known ~= 1 then
 		level, reason = 4, 5 -- no limits installed for this campaign
 	else
-		if ag ~= '' then
+		if ag ~= '' and ag == last then -- nothing was written since it was read
+			agr, ags = lastr, lasts
+		elseif ag ~= '' then
 			local araw = redis.call('HGET', state, 'a:' .. ag)
 			if araw then
 				agr, ags = struct.unpack(AF, araw)
 			end
+			last, lastr, lasts = ag, agr, ags
 		end
 		local O1 = orun + 1
 		if not enforced then
