@@ -87,10 +87,11 @@ if held then
 end
 
 -- Each candidate, fairshare_gate_admit()'s checks 1..6 in order.
-local reply = {0, '', now, k, 0, 0}
+local reply = {0, '', now, k, 0, 0, 0, 0, 0} -- sized for one decision (a table's growth costs)
 local d1, d2, d3, d4, d5, d6, d7 = 0, 0, 0, 0, 0, 0, 0 -- admitted, fcfs, refused by level
 local R -- min(k, max(1, floor(direct))) with valid floors, min(k, 1) without (R6, R9)
 local c, r, f, ceil, known, sag, ag, agr, ags
+local last, lastr, lasts -- the agent record read last (candidates often share an agent)
 local admitted = false
 for i = 1, ncand do
 	c = ARGV[5 + i]
@@ -112,11 +113,14 @@ for i = 1, ncand do
 	elseif batch and known ~= 1 then
 		level, reason = 4, 5 -- no limits installed for this campaign
 	else
-		if ag ~= '' then
+		if ag ~= '' and ag == last then -- nothing was written since it was read
+			agr, ags = lastr, lasts
+		elseif ag ~= '' then
 			local araw = redis.call('HGET', state, 'a:' .. ag)
 			if araw then
 				agr, ags = struct.unpack(AF, araw)
 			end
+			last, lastr, lasts = ag, agr, ags
 		end
 		local O1 = orun + 1
 		if not enforced then
@@ -187,7 +191,7 @@ end
 
 -- The counters of this second (n1..n7 belong to second `sec`); a new second first moves the
 -- previous one to the rolling minute (m:<s mod 60>) and to the totals (tot).
-local set = {'org', ''}
+local m, mrec, trec -- the rolling minute's field and record, the totals (nil: no new second)
 local s_now = math.floor(now / 1000)
 if s_now ~= sec then
 	if n1 + n2 + n3 + n4 + n5 + n6 + n7 > 0 then
@@ -196,10 +200,9 @@ if s_now ~= sec then
 		if tr then
 			t1, t2, t3, t4, t5, t6, t7 = struct.unpack(TF, tr)
 		end
-		set[3] = 'm:' .. (sec % 60)
-		set[4] = struct.pack(RF, sec, n1, n2, n3, n4, n5, n6, n7)
-		set[5] = 'tot'
-		set[6] = struct.pack(TF, t1 + n1, t2 + n2, t3 + n3, t4 + n4, t5 + n5, t6 + n6, t7 + n7)
+		m = 'm:' .. (sec % 60)
+		mrec = struct.pack(RF, sec, n1, n2, n3, n4, n5, n6, n7)
+		trec = struct.pack(TF, t1 + n1, t2 + n2, t3 + n3, t4 + n4, t5 + n5, t6 + n6, t7 + n7)
 	end
 	sec, n1, n2, n3, n4, n5, n6, n7 = s_now, 0, 0, 0, 0, 0, 0, 0
 end
@@ -241,21 +244,34 @@ if not admitted then
 			reply[5] = 1
 		end
 	end
-	set[2] = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
-		n5, n6, n7)
-	redis.call('HSET', state, unpack(set))
+	local orec = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3,
+		n4, n5, n6, n7)
+	if m then
+		redis.call('HSET', state, 'org', orec, m, mrec, 'tot', trec)
+	else
+		redis.call('HSET', state, 'org', orec)
+	end
 	return reply
 end
 
 -- fairshare_gate_acquire(): every level, and the shortfall by the stored floor.
 if srun >= COUNT_MAX or orun >= COUNT_MAX or r >= COUNT_MAX or agr >= COUNT_MAX then
 	-- As the model: the admission is counted, then the acquire fails and nothing is taken.
-	set[2] = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
-		n5, n6, n7)
-	redis.call('HSET', state, unpack(set))
+	local orec = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3,
+		n4, n5, n6, n7)
+	if m then
+		redis.call('HSET', state, 'org', orec, m, mrec, 'tot', trec)
+	else
+		redis.call('HSET', state, 'org', orec)
+	end
 	return redis.error_reply('GATE OVERFLOW')
 end
-local wrec = redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
+-- A batch admission with no batch waiter registered and no campaign in the waking order (:bwait
+-- and :wc absent) has no registration to withdraw and no score to keep: one EXISTS instead of
+-- the HGET below and the acquire's ZADD XX. Exact: a batch call's registration (queued, woken
+-- or without a worker) is its :bwait record, a campaign's score is in :wc (README.md "Hand-off").
+local queued = direct or redis.call('EXISTS', KEYS[6], KEYS[8]) > 0
+local wrec = queued and redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
 if wrec then -- a waiter admitted: its registration withdrawn, its wake (if any) consumed
 	local wcands, since = string.match(wrec, '^([^|]*)|(%d+)')
 	redis.call('HDEL', direct and KEYS[4] or KEYS[6], call)
@@ -267,14 +283,9 @@ if wrec then -- a waiter admitted: its registration withdrawn, its wake (if any)
 	end
 	reply[5] = -1
 end
-local extra = {}
-if set[3] then -- a second was moved to the rolling minute
-	extra = {set[3], set[4], set[5], set[6]}
-end
-ga_take({state = state, slots = slots, sys = sys, wc = KEYS[8], call = call, c = c, ag = ag,
-	taken = now, r = r, f = f, ceil = ceil, known = known, sag = sag, agr = agr, ags = ags,
-	slim = slim, srun = srun, sver = sver, extra = extra},
-	{L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4, n5, n6, n7})
+ga_take(state, slots, sys, queued and KEYS[8], call, c, ag, now, r, f, ceil, known, sag, agr,
+	ags, slim, srun, sver, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
+	n5, n6, n7, m, mrec, trec)
 reply[1] = 1
 reply[2] = c
 return reply

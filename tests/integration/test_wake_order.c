@@ -1,7 +1,8 @@
 /* The hand-off's waking order and its index (issue 8, SPEC C9; dispatcher/gate/README.md
  * "Hand-off", gate_wc.lua.inc) beyond the eight campaigns the wake used to examine, after floors
  * installs (full and delta), for a batch waiter refused on several candidates, and the "demand
- * below floor" report a release publishes on dsp:v1:refresh. One process against a real Redis;
+ * below floor" report a release publishes on dsp:v1:refresh, on both of its paths, and the
+ * cost cuts' fast paths (merged_paths). One process against a real Redis;
  * the markers are the scripts' replies (who was woken, refresh), the hand-off keys and, for the
  * refresh, a subscriber's count of the messages. */
 #include "fixture.h"
@@ -22,7 +23,7 @@ static struct embedded svc;
 static const char *const org1[] = { "o1", NULL };
 
 struct op {
-	int calls, status, outcome;
+	int calls, status, outcome, waiter;
 	struct gate_handoff_result h;
 };
 
@@ -31,6 +32,7 @@ static void op_admit_cb(struct gate *g, int status, const struct gate_admit_resu
 	struct op *o = data;
 	o->status = status;
 	o->outcome = r ? (int)r->outcome : -1;
+	o->waiter = r ? r->waiter : 0;
 	o->calls++;
 }
 
@@ -52,8 +54,9 @@ static long long key_count(struct gate_env *e, const char *cmd, const char *what
 	return genv_cmd(e, NULL, 0, cmd, key, NULL);
 }
 
-/* An admission with the wait flag for worker "walive", candidates space-separated; its outcome. */
-static int admit_wait(struct gate_env *e, const char *call, const char *candidates)
+/* An admission with the wait flag for worker "walive", candidates space-separated; its outcome
+ * (and, when waiter is not NULL, the reply's waiter: +1 registered, -1 withdrawn, 0 none). */
+static int admit_wait_w(struct gate_env *e, const char *call, const char *candidates, int *waiter)
 {
 	char buf[256], *save = NULL;
 	const char *cands[16];
@@ -74,7 +77,14 @@ static int admit_wait(struct gate_env *e, const char *call, const char *candidat
 			 0);
 	fixture_run_until_count(&e->loop, &o.calls, 1, GENV_TIMEOUT_MS);
 	assert_int_equal(o.status, 0);
+	if (waiter)
+		*waiter = o.waiter;
 	return o.outcome;
+}
+
+static int admit_wait(struct gate_env *e, const char *call, const char *candidates)
+{
+	return admit_wait_w(e, call, candidates, NULL);
 }
 
 static void register_waiter(struct gate_env *e, const char *call, const char *candidates)
@@ -273,6 +283,62 @@ static void multi_candidate_woken_once(void **state)
 	genv_close(&e);
 }
 
+/* The admission and release without per-call tables (issue8-perf) merged with the exact order:
+ * an admission that puts A at its ceiling re-scores A by wc_score (2^32 band: it sorts after
+ * every campaign the rule can admit), not running - floor; a woken sole waiter (its record in
+ * :bwait only, :wq and :wc gone) is withdrawn by its admission, the fast path's EXISTS
+ * :bwait :wc seeing it; a release that goes through the wake (someone queued) and leaves B
+ * below its floor with nobody of B waiting reports demand below floor too. */
+static void merged_paths(void **state)
+{
+	struct gate_env e;
+	char key[128], score[64];
+	int waiter = 0;
+
+	genv_open(&e, svc.redis_url, "parent", true);
+	assert_int_equal(gate_set_wake_deadline(e.g, 60000), 0);
+	genv_fresh(&e, 1000, org1);
+	assert_int_equal(genv_limits(&e, "o1", 1, 4, 0, true, "A:2: B:: F:1:", NULL), 0);
+	assert_int_equal(genv_floors(&e, "o1", 1, 600000, "B:2", NULL), 0);
+	admit_fill(&e, "a1", "A");
+	admit_fill(&e, "b1", "B");
+	admit_fill(&e, "b2", "B");
+	admit_fill(&e, "f1", "F"); /* 4 of 4 */
+	beat(&e);
+	register_waiter(&e, "w1", "A");
+	register_waiter(&e, "w2", "A");
+	release_wakes(&e, "f1", "w1"); /* A: running 1 of its ceiling 2 */
+	admit_fill(&e, "a2", "A");     /* the promised line taken by an arrival: A at its ceiling */
+	assert_true(gate_org_key("o1", "wc", key, sizeof(key)) > 0);
+	genv_cmd(&e, score, sizeof(score), "ZSCORE", key, "A", NULL);
+	print_message("A's score at its ceiling: %s\n", score);
+	assert_true(strtoll(score, NULL, 10) >= 4294967296LL);
+
+	/* w1 refused (org full), back to its place; woken again and admitted; then w2 alone. */
+	assert_int_equal(admit_wait(&e, "w1", "A"), GATE_REFUSED);
+	release_wakes(&e, "a2", "w1");
+	assert_int_equal(key_count(&e, "ZCARD", "wc"), 1); /* w2 still queued under A */
+	assert_int_equal(admit_wait_w(&e, "w1", "A", &waiter), GATE_ADMITTED);
+	assert_int_equal(waiter, -1);
+	release_wakes(&e, "w1", "w2");
+	assert_int_equal(key_count(&e, "ZCARD", "wq"), 0); /* only w2's record and wake are left */
+	assert_int_equal(key_count(&e, "EXISTS", "wc"), 0);
+	assert_int_equal(key_count(&e, "HLEN", "bwait"), 1);
+	assert_int_equal(admit_wait_w(&e, "w2", "A", &waiter), GATE_ADMITTED);
+	assert_int_equal(waiter, -1);
+	assert_int_equal(key_count(&e, "HLEN", "bwait"), 0);
+	assert_int_equal(key_count(&e, "ZCARD", "wdl"), 0);
+
+	/* 4 of 4 (a1 w2 b1 b2). F waits; b1's release leaves B below its floor, and its line is
+	 * reserved for B's shortfall (F not woken): the release went through the wake (someone
+	 * queued) and reports. */
+	register_waiter(&e, "wf", "F");
+	struct release_out r = release_one(&e, "b1");
+	assert_int_equal(r.r.woken, 0);
+	assert_true(r.r.refresh);
+	genv_close(&e);
+}
+
 struct refresh_probe {
 	int o1, end;
 };
@@ -371,6 +437,7 @@ int main(void)
 		cmocka_unit_test(order_after_floors_install),
 		cmocka_unit_test(multi_candidate_woken_once),
 		cmocka_unit_test(refresh_on_demand_below_floor),
+		cmocka_unit_test(merged_paths),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
