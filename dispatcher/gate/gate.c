@@ -346,7 +346,7 @@ int gate_release(struct gate *g, const char *org, const char *call, gate_release
 
 	if (!g || !cb || !id_ok(org) || !id_ok(call))
 		return -EINVAL;
-	rc = prepare(g, GATE_OP_RELEASE, "release", org, call, data, &a, 13, &req);
+	rc = prepare(g, GATE_OP_RELEASE, "release", org, call, data, &a, 14, &req);
 	if (rc)
 		return rc;
 	req->cb.release = cb;
@@ -355,6 +355,7 @@ int gate_release(struct gate *g, const char *org, const char *call, gate_release
 	args_key(&a, org, "slots");
 	args_str(&a, GATE_SYS_STATE_KEY);
 	handoff_keys(&a, org);
+	args_str(&a, GATE_SYS_GEN_KEY);
 	args_str(&a, g->gen);
 	args_str(&a, call);
 	args_fmt(&a, "%llu", (unsigned long long)g->wake_deadline_ms);

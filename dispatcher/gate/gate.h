@@ -276,8 +276,11 @@ void gate_free(struct gate *g);
 int gate_admit(struct gate *g, const struct gate_admit_req *req, gate_admit_cb cb, void *data);
 
 /* Gives the call's slots back, if it holds any (idempotent), and in the same script wakes the
- * one waiter the rule would admit on the freed line (README.md "Hand-off"). Returns 0 or
- * -EINVAL. */
+ * one waiter the rule would admit on the freed line (README.md "Hand-off"). Like an admission it
+ * checks the system generation too: GATE_ELOST when the org's or the system's generation is not
+ * the gate's (between a way back's system init and the org's rebuild, the new system count has
+ * never counted this call): nothing is freed and the caller does not retry (the rebuild from
+ * PostgreSQL's live calls settles it). Returns 0 or -EINVAL. */
 int gate_release(struct gate *g, const char *org, const char *call, gate_release_cb cb, void *data);
 
 /* Installs an organisation's limits and its campaigns' ceilings and agents, replacing the

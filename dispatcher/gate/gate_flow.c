@@ -133,7 +133,15 @@ static void release_cb(struct gate *g, int status, const struct gate_release_res
 
 	(void)g;
 	(void)res;
-	if (status)
+	/* Never retried. GATE_ELOST (the org's or the system's generation is not the gate's: a way
+	 * back is rebuilding, or the state is gone): nothing was freed, and the rebuild from
+	 * PostgreSQL's live calls, which do not hold this call, is the truth. */
+	if (status == GATE_ELOST)
+		LOG_AT(LOG_INFO, LOG_GATE,
+		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
+		       "release of a call not dialled refused (stale generation): the rebuild "
+		       "settles it");
+	else if (status)
 		LOG_AT(LOG_WARN, LOG_GATE,
 		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
 		       "release of a call not dialled failed (%d): the reconciler frees it",

@@ -195,7 +195,7 @@ int gate_slot_add(struct gate *g, const struct redis_scripts *reg, const char *o
 {
 	const struct redis_script *script;
 	char key_gen[96], key_state[96], key_slots[96], key_wc[96], taken[24], id[GATE_ID_MAX + 1];
-	const char *argv[10];
+	const char *argv[11];
 	struct add_req *req;
 	int rc;
 
@@ -222,12 +222,13 @@ int gate_slot_add(struct gate *g, const struct redis_scripts *reg, const char *o
 	argv[2] = key_slots;
 	argv[3] = GATE_SYS_STATE_KEY;
 	argv[4] = key_wc;
-	argv[5] = g->gen;
-	argv[6] = rec->call;
-	argv[7] = rec->campaign ? rec->campaign : "*";
-	argv[8] = rec->agent ? rec->agent : "";
-	argv[9] = taken;
-	rc = redis_conn_evalsha(g->conn, script, add_reply_cb, req, 10, argv, NULL);
+	argv[5] = GATE_SYS_GEN_KEY;
+	argv[6] = g->gen;
+	argv[7] = rec->call;
+	argv[8] = rec->campaign ? rec->campaign : "*";
+	argv[9] = rec->agent ? rec->agent : "";
+	argv[10] = taken;
+	rc = redis_conn_evalsha(g->conn, script, add_reply_cb, req, 11, argv, NULL);
 	if (rc)
 		free(req);
 	return rc;

@@ -8,7 +8,7 @@
  * Async contract (STYLE rule 4): if a function returns an error the callback is never called;
  * otherwise it is called exactly once, with status 0 and a result, or with a negative status and
  * a NULL result: a transport error (-ENOTCONN, -ECONNRESET, -ETIMEDOUT), GATE_ELOST (the org's
- * generation is not the gate's), DSP_EREDIS (a malformed or error reply, logged) or -ECANCELED
+ * generation is not the gate's; for gate_slot_add() also the system's), DSP_EREDIS (a malformed or error reply, logged) or -ECANCELED
  * when the connection is closed first. These requests belong to the connection, not to the
  * gate: gate_free() does not cancel them, and their callbacks get no gate pointer. Results are
  * borrowed for the callback only.

@@ -10,8 +10,11 @@
 -- floor while no waiter of it is queued (nor woken by this release) PUBLISHes the org id on
 -- dsp:v1:refresh, so the refresher recomputes at once; at most once per org per 100 ms (Redis
 -- time of the last one in the state field refresh_ms, text; no TTL).
--- KEYS: gen_key state slots sys wait bwait wq wc wdl workers
+-- KEYS: gen_key state slots sys wait bwait wq wc wdl workers sys_gen
 -- ARGV: gen call deadline_ms
+--   sys_gen  the system's generation key ({sys}:gen), checked as gate_admit.lua does: a release
+--            under an org's old generation (the way back reset the system count and has not
+--            rebuilt this org yet) must not lower the new build's system count: STALEGEN sys
 --   deadline_ms  how long a woken waiter has to take its line before the wake passes on
 -- Reply: {outcome, campaign, agent, taken_ms, now_ms, woken, passed, receivers, woken_call,
 --         refresh}
@@ -20,12 +23,17 @@
 --   passed     expired wakes passed on; receivers: subscribers the PUBLISHes reached
 --   woken_call the last woken waiter's call id ("" for none)
 --   refresh    1 when this release published demand below floor on dsp:v1:refresh, else 0
+-- Errors: STALEGEN sys (nothing written).
 
 -- @include gate_wc.lua.inc
 -- @include gate_wake.lua.inc
 
 local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
 local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
+
+if redis.call('GET', KEYS[11]) ~= ARGV[1] then
+	return redis.error_reply('STALEGEN sys')
+end
 
 local state, slots, sys = KEYS[2], KEYS[3], KEYS[4]
 local call = ARGV[2]

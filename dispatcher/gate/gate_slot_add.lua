@@ -5,11 +5,13 @@
 -- when the call has no slot record: it then takes one slot at every level (system, org,
 -- campaign, agent) with the shortfall aggregates by the stored floor, through the very writes
 -- of an admission's acquire (gate_acquire.lua.inc). No decision is counted, no waiter touched.
--- KEYS: gen_key state slots sys wc
+-- KEYS: gen_key state slots sys wc sys_gen
+--   sys_gen  the system's generation key ({sys}:gen), checked as gate_admit.lua does: a slot put
+--            back under an org's old generation would count on another build's system count
 -- ARGV: gen call campaign agent taken_ms
 --   campaign "*" = direct; agent "" = none (the call row's agent); taken_ms: the record's time
 -- Reply: {added, record}: 1 and the record written, or 0 and the record the call already has
--- Errors: GATE NOSYSTEM, GATE OVERFLOW, GATE ARGS <what>.
+-- Errors: STALEGEN sys, GATE NOSYSTEM, GATE OVERFLOW, GATE ARGS <what>.
 
 -- @include gate_wc.lua.inc
 -- @include gate_acquire.lua.inc
@@ -17,6 +19,10 @@
 local OF = '<I4I4BI4dI4dddddI4I4I4I4I4I4I4'
 local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
 local COUNT_MAX = 1073741824
+
+if redis.call('GET', KEYS[6]) ~= ARGV[1] then
+	return redis.error_reply('STALEGEN sys')
+end
 
 local state, slots, sys = KEYS[2], KEYS[3], KEYS[4]
 local call, c, ag, taken = ARGV[2], ARGV[3], ARGV[4], ARGV[5]

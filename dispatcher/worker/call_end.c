@@ -219,7 +219,15 @@ static void release_cb(struct gate *g, int status, const struct gate_release_res
 	struct release_ctx *c = data;
 
 	(void)g;
-	if (status)
+	/* Never retried. GATE_ELOST (a generation not the gate's: a way back is rebuilding, or the
+	 * state is gone): nothing was freed; the rebuild from the live calls (this one ended) is
+	 * the truth. */
+	if (status == GATE_ELOST)
+		LOG_AT(LOG_INFO, LOG_DIAL,
+		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
+		       "slot release of an ended call refused (stale generation): the rebuild "
+		       "settles it");
+	else if (status)
 		LOG_AT(LOG_WARN, LOG_DIAL,
 		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
 		       "slot release of an ended call failed (%s): the reconciler frees it",
