@@ -55,7 +55,8 @@ enum gate_reason {
 	GATE_REASON_DIRECT_RESERVE = FAIRSHARE_REASON_DIRECT_RESERVE,
 	GATE_REASON_FLOORS = FAIRSHARE_REASON_FLOORS,
 	GATE_REASON_AGENT_FLOORS = FAIRSHARE_REASON_AGENT_FLOORS,
-	GATE_REASON_UNKNOWN, /* level campaign: no limits installed for this campaign */
+	GATE_REASON_UNKNOWN, /* level campaign: no limits installed for this campaign (only
+			      * with enforcement on: off, C3, the campaign level refuses nothing) */
 };
 
 /* One candidate's decision (fairshare_decision, as the script took it). */

@@ -25,6 +25,8 @@
 --   n       decisions that follow, one per evaluated candidate, in order
 --   level   0 none, 1 system, 2 organisation, 3 agent, 4 campaign, 5 fair_share
 --   reason  0 none, 1 full, 2 direct_reserve, 3 floors, 4 agent_floors, 5 unknown campaign
+--           (no limits installed for it; enforcement on only: off, C3, it is admitted like any
+--           campaign, counted on its record's agent, none when it has none)
 -- sys_gen: the system's generation key ({sys}:gen). The guard in front checks the org's; the
 --   system count this admission adds to must be of the same generation too, so an org a stale
 --   rebuild has not reached yet cannot admit against another build's system count: STALEGEN.
@@ -110,8 +112,8 @@ for i = 1, ncand do
 	local level, reason = 0, 0
 	if srun + 1 > slim then
 		level, reason = 1, 1
-	elseif batch and known ~= 1 then
-		level, reason = 4, 5 -- no limits installed for this campaign
+	elseif batch and known ~= 1 and enforced then
+		level, reason = 4, 5 -- no limits installed for this campaign (C3 off: admitted below)
 	else
 		if ag ~= '' and ag == last then -- nothing was written since it was read
 			agr, ags = lastr, lasts

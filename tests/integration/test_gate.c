@@ -128,8 +128,19 @@ static void levels(void **state)
 	assert_int_equal(genv_read(&env, "o1", &v), 0);
 	assert_int_equal(v.v.org_running, 9);
 	assert_int_equal(view_agent_running(&v, "a1"), 3);
+	/* A campaign whose limits are not installed yet: the campaign level refuses nothing either
+	 * (C3); counted on no agent (none installed), the system level still applies. */
+	assert_int_equal(genv_system_limit(&env, 5, 10, NULL), 0);
+	o = genv_admit(&env, "o1", "c16", "Z");
+	expect_admitted(o, "Z");
+	assert_int_equal(o.r.decisions[0].level, FAIRSHARE_LEVEL_NONE);
+	expect_refused(genv_admit(&env, "o1", "c17", "Z"), FAIRSHARE_LEVEL_SYSTEM,
+		       GATE_REASON_FULL);
+	assert_int_equal(genv_read(&env, "o1", &v), 0);
+	assert_int_equal(view_running(&v, "Z"), 1);
+	assert_int_equal(v.v.org_running, 10);
 
-	const char *calls[] = { "c1", "c2", "c4", "c6", "c8", "c10", "c12", "c13", "c14" };
+	const char *calls[] = { "c1", "c2", "c4", "c6", "c8", "c10", "c12", "c13", "c14", "c16" };
 	for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++)
 		expect_freed(genv_release(&env, "o1", calls[i]));
 	expect_zero("o1");

@@ -99,7 +99,9 @@ static void stale_release_refused(void **state)
 	struct view_copy v;
 	struct admit_out o;
 	struct release_out r;
-	struct gate_slot_record c1 = { .call = "c1", .campaign = "A", .agent = NULL, .taken_ms = 1 };
+	struct gate_slot_record c1 = {
+		.call = "c1", .campaign = "A", .agent = NULL, .taken_ms = 1
+	};
 
 	(void)state;
 	genv_fresh(&env, 2, orgs); /* system limit 2, generation G1 */
@@ -160,7 +162,9 @@ static void stale_release_refused(void **state)
 static void stale_slot_add_refused(void **state)
 {
 	struct view_copy v;
-	struct gate_slot_record rec = { .call = "x1", .campaign = "A", .agent = NULL, .taken_ms = 5 };
+	struct gate_slot_record rec = {
+		.call = "x1", .campaign = "A", .agent = NULL, .taken_ms = 5
+	};
 	bool added = true;
 
 	(void)state;
