@@ -567,13 +567,14 @@ static int wait_op(struct gate *g, const char *op, const char *org, const char *
 
 	if (!g || !cb || !id_ok(org) || !id_ok(call) || (agent && !id_ok(agent)))
 		return -EINVAL;
-	rc = prepare(g, GATE_OP_WAIT, op, org, call, data, &a, 7, &req);
+	rc = prepare(g, GATE_OP_WAIT, op, org, call, data, &a, 8, &req);
 	if (rc)
 		return rc;
 	req->cb.wait = cb;
 	args_key(&a, org, "gen");
 	args_key(&a, org, "state");
 	args_key(&a, org, "wait");
+	args_key(&a, org, "wq");
 	args_str(&a, g->gen);
 	args_str(&a, op);
 	args_str(&a, call);

@@ -85,7 +85,8 @@ struct gate_admit_req {
 				       * candidates, woken once (README.md "Hand-off") */
 	const char *worker;	      /* the worker holding the waiter (its wake channel,
 				       * handoff.h); needed for a batch wait; NULL for a direct
-				       * dial: it counts in k but is never woken */
+				       * dial: it counts in k but is never woken, and its
+				       * registration expires 10 s after its last refusal */
 };
 
 struct gate_admit_result {
@@ -130,7 +131,8 @@ struct gate_release_result {
 struct gate_handoff_result {
 	uint32_t woken;		 /* waiters woken */
 	uint32_t passed;	 /* expired wakes passed on */
-	uint32_t dropped;	 /* waiters of dead workers dropped */
+	uint32_t dropped;	 /* waiters of dead workers dropped, and expired registrations of
+				  * direct waiters without a worker (README.md "Hand-off") */
 	uint32_t receivers;	 /* subscribers the wake PUBLISHes reached */
 	uint64_t now_ms;	 /* the script's clock */
 	uint32_t direct_waiting; /* k after the call */
@@ -317,7 +319,9 @@ int gate_install_system_limit(struct gate *g, uint64_t version, uint32_t limit, 
 			      void *data);
 
 /* Registers (gate_direct_wait) or withdraws (gate_direct_unwait) one waiting direct dial of
- * the org, by call id (idempotent). agent may be NULL. Return 0 or -EINVAL. */
+ * the org, by call id (idempotent). The registration has no worker: it is never woken and
+ * expires 10 s (Redis time) after its last gate_direct_wait(), which renews it (README.md
+ * "Hand-off"). agent may be NULL. Return 0 or -EINVAL. */
 int gate_direct_wait(struct gate *g, const char *org, const char *call, const char *agent,
 		     gate_wait_cb cb, void *data);
 int gate_direct_unwait(struct gate *g, const char *org, const char *call, gate_wait_cb cb,

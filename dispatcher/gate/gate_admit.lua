@@ -15,7 +15,8 @@
 --           queue, under the campaigns it registered with
 --   agent   a direct dial's agent ("" for none); ignored for batch candidates
 --   worker  the worker holding the waiter (its wake channel); "" for none: a direct dial
---           then counts in k but is never woken (a batch waiter needs a worker)
+--           then counts in k but is never woken, and its registration expires (gate_wc.lua.inc
+--           WAIT_TTL_MS, renewed by each refusal; a batch waiter needs a worker)
 --   ...     1..16 candidate campaign ids, or "*" alone (a direct dial)
 -- Reply: {outcome, campaign, now_ms, k, waiter, n, level_1, reason_1, fcfs_1, ...}
 --   outcome 1 admitted (campaign: the admitted one), 0 refused (campaign ""),
@@ -217,14 +218,18 @@ if not admitted then
 		if rec then -- already waiting (woken or not): back to its places, its wake consumed
 			local rc, since, rwk = string.match(rec, '^([^|]*)|(%d+)|?(.*)$')
 			redis.call('ZREM', KEYS[9], call)
-			if rwk ~= '' then -- it has a worker: queued
+			if not wx_none(rwk) then -- it has a worker: queued
 				wc_queue(state, KEYS[7], KEYS[8], direct and '*' or rc, tonumber(since), call)
+			elseif direct then -- none: its registration's expiry renewed (gate_wc.lua.inc)
+				wx_unset(KEYS[7], call, rec)
+				redis.call('HSET', KEYS[4], call, rc .. '|' .. since .. '|' ..
+					wx_set(KEYS[7], call, now))
 			end
 		else
 			local cands = '*'
 			if direct then
 				redis.call('HSET', KEYS[4], call, dagent .. '|' .. string.format('%d', now) ..
-					'|' .. wk)
+					'|' .. (wk ~= '' and wk or wx_set(KEYS[7], call, now)))
 				k = k + 1
 				reply[4] = k
 			else
@@ -280,6 +285,7 @@ if wrec then -- a waiter admitted: its registration withdrawn, its wake (if any)
 	wc_unqueue(KEYS[7], KEYS[8], direct and '*' or wcands, tonumber(since), call)
 	redis.call('ZREM', KEYS[9], call)
 	if direct then
+		wx_unset(KEYS[7], call, wrec)
 		k = math.max(k - 1, 0)
 		reply[4] = k
 	end

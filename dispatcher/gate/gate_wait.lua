@@ -2,13 +2,17 @@
 -- id (dispatcher/gate/README.md). gate_admit.lua does the same in the admission's own step
 -- (flag "w", and the withdrawal at admission); this script serves a dial that gives up, or one
 -- that registers without an admission attempt.
--- KEYS: gen_key state wait
+-- A registration here has no worker: it expires WAIT_TTL_MS after its last "wait"
+-- (gate_wc.lua.inc; dropped by the hand-off's sweep, gate_wake.lua.inc).
+-- KEYS: gen_key state wait wq
 -- ARGV: gen op call agent
 --   op "wait" registers call (agent "" for none), "unwait" withdraws it
 -- Reply: {changed, k}: changed 1 when the registry changed, 0 when it already was so
 
+-- @include gate_wc.lua.inc
+
 local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
-local state, wait = KEYS[2], KEYS[3]
+local state, wait, wq = KEYS[2], KEYS[3], KEYS[4]
 local op, call, agent = ARGV[2], ARGV[3], ARGV[4] or ''
 local raw = redis.call('HGET', state, 'org')
 local o = raw and {struct.unpack(OF, raw)} or
@@ -24,14 +28,25 @@ if op == 'wait' then
 		local t = redis.call('TIME')
 		now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 	end
-	if redis.call('HSETNX', wait, call, agent .. '|' .. string.format('%d', now)) == 0 then
+	local rec = redis.call('HGET', wait, call)
+	if rec then -- already waiting; without a worker, its expiry renewed
+		local ra, rs, rw = string.match(rec, '^([^|]*)|(%d+)|?(.*)$')
+		if wx_none(rw) then
+			wx_unset(wq, call, rec)
+			redis.call('HSET', wait, call, ra .. '|' .. rs .. '|' .. wx_set(wq, call, now))
+		end
 		return {0, k}
 	end
+	redis.call('HSET', wait, call, agent .. '|' .. string.format('%d', now) .. '|' ..
+		wx_set(wq, call, now))
 	k = k + 1
 elseif op == 'unwait' then
-	if redis.call('HDEL', wait, call) == 0 then
+	local rec = redis.call('HGET', wait, call)
+	if not rec then
 		return {0, k}
 	end
+	redis.call('HDEL', wait, call)
+	wx_unset(wq, call, rec)
 	k = math.max(k - 1, 0)
 else
 	return redis.error_reply('GATE ARGS op')

@@ -72,11 +72,25 @@ static void script_setup(struct seq_backend *b, const struct seq_org *org)
 	}
 }
 
+/* The model's waiting direct dials never expire; the script's without a worker do, 10 s after
+ * their last registration (dispatcher/gate/gate_wc.lua.inc WAIT_TTL_MS). The driver's callers
+ * are alive while the clock jumps: each registration is renewed at the new time (a "wait" again:
+ * k unchanged). */
 static void script_set_clock(struct seq_backend *b, uint64_t now_ms)
 {
 	struct seq_script *s = script_of(b);
+	static char calls[SEQ_MAX_CALLS][65];
+	struct gate_wait_result w;
+	char key[128];
+	int n;
 
 	assert_int_equal(genv_pin_clock(s->env, s->org, (int64_t)now_ms), 0);
+	assert_true(gate_org_key(s->org, "wait", key, sizeof(key)) > 0);
+	n = genv_hkeys(s->env, key, calls, SEQ_MAX_CALLS);
+	for (int i = 0; i < n; i++) {
+		assert_int_equal(genv_wait(s->env, s->org, calls[i], true, &w), 0);
+		assert_false(w.changed);
+	}
 }
 
 static int script_install_floors(struct seq_backend *b, const struct seq_org *org, uint64_t version,

@@ -113,6 +113,39 @@ long long genv_cmd(struct gate_env *e, char *out, size_t size, ...)
 	return w.integer;
 }
 
+struct hkeys_wait {
+	int done, status, n, max;
+	char (*out)[65];
+};
+
+static void hkeys_cb(struct redis_conn *conn, int status, redisReply *r, void *data)
+{
+	struct hkeys_wait *w = data;
+
+	(void)conn;
+	w->done = 1;
+	w->status = status;
+	for (size_t i = 0;
+	     !status && r && r->type == REDIS_REPLY_ARRAY && i < r->elements && w->n < w->max; i++)
+		snprintf(w->out[w->n++], 65, "%s", r->element[i]->str ? r->element[i]->str : "");
+}
+
+static bool hkeys_done(void *arg)
+{
+	return ((struct hkeys_wait *)arg)->done;
+}
+
+int genv_hkeys(struct gate_env *e, const char *key, char (*out)[65], int max)
+{
+	struct hkeys_wait w = { .max = max, .out = out };
+	const char *argv[] = { "HKEYS", key };
+
+	assert_int_equal(redis_conn_command_argv(e->conn, hkeys_cb, &w, 2, argv, NULL), 0);
+	fixture_run_until(&e->loop, hkeys_done, &w, GENV_TIMEOUT_MS);
+	assert_int_equal(w.status, 0);
+	return w.n;
+}
+
 static void done_cb(struct gate *g, int status, void *data)
 {
 	struct waiter *w = data;

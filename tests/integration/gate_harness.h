@@ -34,6 +34,9 @@ void genv_close(struct gate_env *e);
  * string/status/error answer into out when out is not NULL. */
 long long genv_cmd(struct gate_env *e, char *out, size_t size, ...);
 
+/* HKEYS key: copies up to max field names (each ≤ 64 bytes) into out; returns how many. */
+int genv_hkeys(struct gate_env *e, const char *key, char (*out)[65], int max);
+
 /* FLUSHALL, then the system (limit, version 1) and each org of orgs (NULL-terminated) built
  * under GENV_GEN. */
 /* gate_system_init() under the gate's generation; its status. */

@@ -537,6 +537,76 @@ static void stale_campaigns_do_not_block_wakes(void **state)
 	genv_close(&e);
 }
 
+/* Waiting direct dials without a worker (gate_wait.lua, or an admission with wait and no
+ * worker) count in k but are never queued nor woken: their registration expires 10 s (Redis
+ * time) after its last registration (gate_wc.lua.inc WAIT_TTL_MS, postgres mode's
+ * GATE_PGMODE_WAIT_TTL_MS) and the hand-off's sweep drops it — a crashed caller does not hold
+ * the direct reserve until the next rebuild. A refusal again renews it; unwait and admission
+ * leave no entry behind. */
+static void workerless_direct_waiters_expire(void **state)
+{
+	const int64_t t = 5000000;
+	struct gate_wait_result w;
+	struct gate_handoff_result h;
+	struct view_copy v;
+	struct admit_out o;
+	struct gate_env e;
+	char key[128];
+
+	(void)state;
+	genv_open(&e, svc.redis_url, "parent", true);
+	genv_fresh(&e, 1000, org1);
+	assert_int_equal(genv_limits(&e, "o1", 1, 2, 0, true, "A::", NULL), 0);
+	assert_int_equal(genv_pin_clock(&e, "o1", t), 0);
+	admit_fill(&e, "c1", "A");
+	admit_fill(&e, "c2", "A"); /* the org full */
+	assert_int_equal(genv_wait(&e, "o1", "d1", true, &w), 0);
+	o = genv_admit_direct(&e, "o1", "d2", NULL, true);
+	assert_int_equal(o.r.outcome, GATE_REFUSED);
+	assert_int_equal(o.r.waiter, 1);
+	assert_int_equal(o.r.direct_waiting, 2);
+	/* d2 refused again 5 s later: still waiting, its expiry renewed (t + 15 s). */
+	assert_int_equal(genv_pin_clock(&e, "o1", t + 5000), 0);
+	o = genv_admit_direct(&e, "o1", "d2", NULL, true);
+	assert_int_equal(o.r.waiter, 0);
+	assert_int_equal(o.r.direct_waiting, 2);
+
+	/* Not yet expired 1 ms before t + 10 s: a heartbeat's sweep keeps both. */
+	assert_int_equal(genv_pin_clock(&e, "o1", t + 9999), 0);
+	h = beat_or_wake(&e, "w1", 600000);
+	assert_int_equal(h.direct_waiting, 2);
+	/* d1 expired: the sweep drops it (k - 1); d2 stays. */
+	assert_int_equal(genv_pin_clock(&e, "o1", t + 10000), 0);
+	h = beat_or_wake(&e, "w1", 600000);
+	assert_int_equal(h.dropped, 1);
+	assert_int_equal(h.direct_waiting, 1);
+	assert_true(gate_org_key("o1", "wait", key, sizeof(key)) > 0);
+	assert_int_equal(genv_cmd(&e, NULL, 0, "HEXISTS", key, "d1", NULL), 0);
+	assert_int_equal(genv_cmd(&e, NULL, 0, "HEXISTS", key, "d2", NULL), 1);
+	/* d2 expired too: a release's sweep drops it; the reserve is gone, k 0. */
+	assert_int_equal(genv_pin_clock(&e, "o1", t + 15000), 0);
+	release_one(&e, "c1");
+	assert_int_equal(genv_read(&e, "o1", &v), 0);
+	assert_int_equal(v.v.direct_waiting, 0);
+	assert_int_equal(v.v.direct_reserve, 0);
+	assert_int_equal(v.v.waiters, 0);
+	assert_int_equal(key_count(&e, "ZCARD", "wq"), 0);
+
+	/* Withdrawn by unwait, or by its admission: no entry left behind. */
+	assert_int_equal(genv_wait(&e, "o1", "d3", true, &w), 0);
+	assert_int_equal(key_count(&e, "ZCARD", "wq"), 1);
+	assert_int_equal(genv_wait(&e, "o1", "d3", false, &w), 0);
+	assert_true(w.changed);
+	assert_int_equal(key_count(&e, "ZCARD", "wq"), 0);
+	assert_int_equal(genv_wait(&e, "o1", "d4", true, &w), 0);
+	o = genv_admit_direct(&e, "o1", "d4", NULL, false);
+	assert_int_equal(o.r.outcome, GATE_ADMITTED);
+	assert_int_equal(o.r.waiter, -1);
+	assert_int_equal(o.r.direct_waiting, 0);
+	assert_int_equal(key_count(&e, "ZCARD", "wq"), 0);
+	genv_close(&e);
+}
+
 static int setup(void **state)
 {
 	fixture_start(&svc, false, true, false, false);
@@ -558,6 +628,7 @@ int main(void)
 		cmocka_unit_test(dead_worker_and_raised_limit),
 		cmocka_unit_test(woken_refused_is_woken_again),
 		cmocka_unit_test(stale_campaigns_do_not_block_wakes),
+		cmocka_unit_test(workerless_direct_waiters_expire),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
