@@ -26,9 +26,9 @@
 
 #include "worker_proc.h"
 
-#define WORKERS	 3
-#define WAIT_MS	 240000
-#define CHARGED	 "('completed', 'failed', 'no-answer', 'busy', 'canceled', 'swept')"
+#define WORKERS	  3
+#define WAIT_MS	  (getenv("TEST_WAIT_MS") ? atoll(getenv("TEST_WAIT_MS")) : 240000)
+#define CHARGED	  "('completed', 'failed', 'no-answer', 'busy', 'canceled', 'swept')"
 #define UNSETTLED "('pending', 'claimed', 'dialing', 'live', 'held')"
 
 static struct embedded svc;
@@ -66,7 +66,8 @@ static void start_workers(void)
 	setenv("PROVIDER_WEBHOOK_SECRET", "stub-secret", 1);
 	snprintf(env, sizeof(env), "127.0.0.1:%d", port);
 	setenv("DISPATCHER_LISTEN", env, 1); /* one port for the fleet */
-	setenv("DISPATCHER_LOG_LEVEL", "warn", 1);
+	setenv("DISPATCHER_LOG_LEVEL", getenv("TEST_LOG_LEVEL") ? getenv("TEST_LOG_LEVEL") : "warn",
+	       1);
 	setenv("DISPATCHER_LEASE_SECONDS", "5", 1);
 	setenv("BATCH_DISPATCH_SLOT_WAIT_SECONDS", "2", 1);
 	setenv("DISPATCHER_PROVIDER_TIMEOUT_MS", "250", 1);
@@ -85,13 +86,24 @@ static void start_workers(void)
 	}
 }
 
-/* Polls q until it answers want; returns its last answer. */
+/* Polls q until it answers want; returns its last answer. Prints the progress every 5 s. */
 static long long wait_sql(const char *q, long long want, long long ms)
 {
-	long long deadline = fixture_now_ms() + ms, v;
+	long long deadline = fixture_now_ms() + ms, v, next = fixture_now_ms() + 5000;
 
-	while ((v = sql_int(q)) != want && fixture_now_ms() < deadline)
+	while ((v = sql_int(q)) != want && fixture_now_ms() < deadline) {
 		fixture_sleep_ms(200);
+		if (fixture_now_ms() < next)
+			continue;
+		next += 5000;
+		PGresult *r = fixture_sql(db, "SELECT string_agg(campaign_id || ':' || state || '='"
+					      " || n, ' ' ORDER BY 1, 2) FROM (SELECT campaign_id,"
+					      " state::text, count(*) n FROM contacts WHERE state"
+					      " NOT IN ('done', 'failed') GROUP BY 1, 2) x");
+		print_message("progress: placed %.0f live %.0f | %s\n", sstat("calls_placed"),
+			      sstat("live"), PQgetvalue(r, 0, 0));
+		PQclear(r);
+	}
 	return v;
 }
 
@@ -110,12 +122,13 @@ static void assert_settled(const char *org, long long contacts)
 {
 	char q[512];
 
-	snprintf(q, sizeof(q),
-		 "SELECT count(*) FROM contacts WHERE org_id = '%s' AND state IN ('done', 'failed')",
-		 org);
+	snprintf(
+		q, sizeof(q),
+		"SELECT count(*) FROM contacts WHERE org_id = '%s' AND state IN ('done', 'failed')",
+		org);
 	assert_int_equal(sql_int(q), contacts);
-	snprintf(q, sizeof(q), "SELECT count(*) FROM calls WHERE org_id = '%s' AND state <> 'ended'",
-		 org);
+	snprintf(q, sizeof(q),
+		 "SELECT count(*) FROM calls WHERE org_id = '%s' AND state <> 'ended'", org);
 	assert_int_equal(sql_int(q), 0);
 	snprintf(q, sizeof(q),
 		 "SELECT count(*) FROM contacts ct WHERE org_id = '%s' AND attempts <> (SELECT"
