@@ -6,12 +6,20 @@
 -- and the "known" mark without which the gate refuses the campaign's candidates as unknown) only
 -- when organisations.limits_version is newer than the installed version. Nothing bumped it when a
 -- campaign was created, so a campaign that joined a running organisation was never admitted:
--- its contacts were claimed and handed back for ever. The trigger bumps it for every writer.
+-- its contacts were claimed and handed back for ever. The trigger bumps it for every writer,
+-- once the organisation's floors have been installed (a fair_share_installs row): before that,
+-- the refresher's first install carries every campaign it reads anyway. (A campaign created
+-- between the first cycle's read and its install row is installed by the next bump; the gate-side
+-- cure is a refresher that installs the limits when a campaign it reads is not known in the view.)
 CREATE FUNCTION dsp_campaign_limits_bump() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    org text := CASE WHEN TG_OP = 'DELETE' THEN OLD.org_id ELSE NEW.org_id END;
 BEGIN
-    UPDATE organisations SET limits_version = limits_version + 1, updated_at = now()
-     WHERE id = (CASE WHEN TG_OP = 'DELETE' THEN OLD.org_id ELSE NEW.org_id END);
+    IF EXISTS (SELECT 1 FROM fair_share_installs WHERE org_id = org) THEN
+        UPDATE organisations SET limits_version = limits_version + 1, updated_at = now()
+         WHERE id = org;
+    END IF;
     RETURN NULL;
 END
 $$;
