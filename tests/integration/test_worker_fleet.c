@@ -86,6 +86,31 @@ static void start_workers(void)
 	}
 }
 
+/* CPU seconds (user + system) the worker processes used so far. */
+static double workers_cpu_s(void)
+{
+	double total = 0;
+
+	for (int i = 0; i < WORKERS; i++) {
+		char path[64], buf[1024];
+		unsigned long ut = 0, st = 0;
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)workers[i]);
+		FILE *f = workers[i] > 0 ? fopen(path, "r") : NULL;
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f)) {
+			const char *p = strrchr(buf, ')'); /* fields after the command name */
+			if (p &&
+			    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+				   &ut, &st) != 2)
+				ut = st = 0;
+		}
+		fclose(f);
+		total += (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+	}
+	return total;
+}
+
 /* Polls q until it answers want; returns its last answer. Prints the progress every 5 s. */
 static long long wait_sql(const char *q, long long want, long long ms)
 {
@@ -207,8 +232,10 @@ static void fleet_backlog(void **state)
 	double secs = (double)(fixture_now_ms() - t0) / 1000.0;
 	long long calls = sql_int("SELECT count(*) FROM calls");
 	print_message("fleet: %lld calls (%.0f placed, %.0f requests) in %.1f s: %.0f dial "
-		      "cycles/s; %.0f duplicated, %.0f early events; %lld unsettled\n",
+		      "cycles/s, workers %.2f CPU-s per 1,000; %.0f duplicated, %.0f early events; "
+		      "%lld unsettled\n",
 		      calls, sstat("calls_placed"), sstat("requests"), secs, (double)calls / secs,
+		      workers_cpu_s() * 1000.0 / (double)(calls ? calls : 1),
 		      sstat("events_duplicated"), sstat("events_early"), left);
 	assert_int_equal(left, 0);
 	assert_settled("o1", 5000);
