@@ -3,8 +3,9 @@
  *
  * fleet_backlog: 5,000 contacts over three campaigns (c3 joins late, c2 has a ceiling of 5) on
  * a 20-line organisation, calls of 20–80 ms, the stub answering some dials slowly (then past
- * the provider timeout: re-sends with the same key) and sending duplicated, early and reordered
- * events. Every contact ends; every call ends exactly once (one charged attempt per placed
+ * the provider timeout: re-sends with the same key), throttling for a while (429: the call ends
+ * refused, the contact is retried later, a try counted, no attempt) and sending duplicated,
+ * early and reordered events. Every contact ends; every call ends exactly once (one charged attempt per placed
  * call, the stub sees no duplicate); at most 20 live, c2 at most 5; nothing pending, claimed or
  * live at the end. Reports the dial cycles per second.
  *
@@ -227,6 +228,13 @@ static void fleet_backlog(void **state)
 	/* From now on the slow answers come past the provider timeout: re-sends, same key. */
 	control("/control/org", "{\"org_id\":\"*\",\"slow_pct\":5,\"slow_ms\":400}");
 	seed_campaign("o1", "a1", "c3", "NULL", 2000, 200000, 0, 3); /* joins late */
+	/* A throttling burst: 429 + Retry-After → the call ends refused, its contact comes back
+	 * after the header's delay with a try counted and no attempt charged (D2). */
+	control("/control/org", "{\"org_id\":\"*\",\"limit\":40,\"window_ms\":500}");
+	long long burst = fixture_now_ms() + 10000;
+	while (sstat("orgs.o1.throttled_429") < 10 && fixture_now_ms() < burst)
+		fixture_sleep_ms(100);
+	control("/control/org", "{\"org_id\":\"*\",\"limit\":0}");
 	long long left = wait_sql("SELECT count(*) FROM contacts WHERE state IN " UNSETTLED, 0,
 				  deadline - fixture_now_ms());
 	double secs = (double)(fixture_now_ms() - t0) / 1000.0;
@@ -243,6 +251,18 @@ static void fleet_backlog(void **state)
 	assert_true(sstat("campaigns.c2.max_live") <= 5);
 	assert_true(sstat("campaigns.c3.placed") >= 2000);
 	assert_true(sstat("events_duplicated") > 0 && sstat("events_early") > 0);
+	double throttled = sstat("orgs.o1.throttled_429");
+	long long refused = sql_int("SELECT count(*) FROM calls WHERE outcome = 'refused'");
+	print_message("fleet: %.0f answered 429, %lld calls ended refused, %lld contacts with "
+		      "tries\n",
+		      throttled, refused, sql_int("SELECT count(*) FROM contacts WHERE tries > 0"));
+	assert_true(throttled >= 10);
+	/* Each refusal ended its call, once (a 429 to a re-send after a timeout is re-sent
+	 * instead: the call may exist). */
+	assert_true(refused >= 1);
+	assert_int_equal(refused, sql_int("SELECT count(*) FROM dial_attempts WHERE class ="
+					  " 'refused'"));
+	assert_true(sql_int("SELECT count(*) FROM contacts WHERE tries > 0") > 0);
 	/* Every placed call charged one attempt; no call row without its outcome. */
 	assert_int_equal((long long)sstat("calls_placed"),
 			 sql_int("SELECT count(*) FROM calls WHERE outcome IN " CHARGED));
