@@ -65,7 +65,7 @@ static int on_message_begin(llhttp_t *p)
 	struct http_conn *c = conn_of(p);
 	struct http_request *req;
 
-	if (c->close_after || c->srv->closing || c->closing)
+	if (c->close_after || c->srv->draining || c->closing)
 		return fail(p, 0, NULL, NULL); /* no more requests on this connection */
 	if (!(req = request_new(c)))
 		return nomem(p);
@@ -526,7 +526,7 @@ int http_respond(struct http_request *req, int status, const char *content_type,
 		len = 0;
 	}
 	/* A closing server ends the connection after its last request. */
-	if (c->srv->closing && req == conn_tail(c) && !c->cur)
+	if (c->srv->draining && req == conn_tail(c) && !c->cur)
 		req->close_after = true;
 	if (req->close_after)
 		c->close_after = true;

@@ -42,9 +42,21 @@ void http_server_config_defaults(struct http_server_config *c)
 
 /* ---- lifetime ---- */
 
+/* Calls the drain callback once the drain is done, then, when closing, the close callback,
+ * and frees the server. A callback that calls http_server_close() lands here again: the outer
+ * call finishes the job. */
 static void server_maybe_done(struct http_server *s)
 {
-	if (!s->closing || !s->listening_closed || !list_empty(&s->conns))
+	if (!s->draining || !s->listening_closed || !list_empty(&s->conns) || s->notifying)
+		return;
+	s->notifying = true;
+	if (s->drain_cb) {
+		http_server_drain_cb cb = s->drain_cb;
+		s->drain_cb = NULL;
+		cb(s, s->drain_data);
+	}
+	s->notifying = false;
+	if (!s->closing)
 		return;
 	if (s->close_cb)
 		s->close_cb(s, s->close_data);
@@ -364,6 +376,10 @@ void conn_fail(struct http_conn *c, int status, const char *code, const char *ms
 	c->close_after = true;
 	conn_stop_reading(c);
 	conn_arm(c, 0);
+	if (status == 503 && http_response_header(req, "Retry-After", "1")) {
+		conn_close(c);
+		return;
+	}
 	request_error(req, status, code, msg);
 }
 
@@ -399,7 +415,7 @@ void conn_flush(struct http_conn *c)
 	}
 	if (c->closing || req || c->cur)
 		return;
-	if (c->close_after || c->srv->closing) {
+	if (c->close_after || c->srv->draining) {
 		c->close_after = true;
 		if (!c->writes)
 			conn_shutdown(c);
@@ -508,7 +524,7 @@ static void on_connection(uv_stream_t *l, int status)
 	struct http_server *s = l->data;
 	struct http_conn *c;
 
-	if (status < 0 || s->closing || !(c = conn_new(s)))
+	if (status < 0 || s->draining || !(c = conn_new(s)))
 		return;
 	if (uv_accept(l, (uv_stream_t *)&c->tcp)) {
 		conn_close(c);
@@ -633,23 +649,56 @@ void http_server_stats(const struct http_server *s, struct http_server_stats *ou
 	*out = s->stats;
 }
 
-void http_server_close(struct http_server *s, http_server_close_cb cb, void *data)
+/* The drain of one connection: a half-received request is dropped, nothing more is read, and
+ * the connection closes now unless a handler still holds one of its requests (then the last
+ * answer closes it, see conn_flush) or its answers are still being written (on_write). */
+static void conn_drain(struct http_conn *c)
+{
+	struct http_server *s = c->srv;
+
+	if (c->closing || c->shutting)
+		return; /* already on its way out (a linger is bounded by linger_ms) */
+	if (c->cur) {
+		list_del(&c->cur->node);
+		c->queued--;
+		request_free(c->cur);
+		c->cur = NULL;
+		s->stats.drain_dropped++;
+	} else if (list_empty(&c->reqs) && !c->writes) {
+		s->stats.drain_idle++;
+	}
+	conn_stop_reading(c);
+	conn_arm(c, 0);
+	c->close_after = true;
+	if (!list_empty(&c->reqs) || c->writes)
+		return;
+	conn_close(c);
+}
+
+int http_server_drain(struct http_server *s, http_server_drain_cb cb, void *data)
 {
 	struct list_node *n, *tmp;
 
+	if (s->draining)
+		return -EALREADY;
+	s->draining = true;
+	s->drain_cb = cb;
+	s->drain_data = data;
+	uv_close((uv_handle_t *)&s->listener, on_listener_closed);
+	list_for_each_safe (n, tmp, &s->conns)
+		conn_drain(list_entry(n, struct http_conn, node));
+	return 0;
+}
+
+void http_server_close(struct http_server *s, http_server_close_cb cb, void *data)
+{
 	if (s->closing)
 		return;
 	s->closing = true;
 	s->close_cb = cb;
 	s->close_data = data;
-	uv_close((uv_handle_t *)&s->listener, on_listener_closed);
-	list_for_each_safe (n, tmp, &s->conns) {
-		struct http_conn *c = list_entry(n, struct http_conn, node);
-		if (!list_empty(&c->reqs) || c->cur)
-			continue; /* answered first; the last answer closes it */
-		c->close_after = true;
-		if (c->writes)
-			continue; /* on_write shuts it down */
-		conn_close(c);
-	}
+	if (!s->draining)
+		http_server_drain(s, NULL, NULL);
+	else
+		server_maybe_done(s); /* already drained: done now */
 }

@@ -22,6 +22,9 @@
  *   complete body_timeout_ms after the headers       408 request_timeout         (closes)
  *   malformed request                                400 bad_request             (closes)
  *   max_connections connections already open         503 too_many_connections    (closes)
+ *     (answered at once on the accepted connection, before it sends anything, with
+ *     Retry-After: 1 and Connection: close; size max_connections under the file-descriptor
+ *     limit, with room for the answers being written, see common/fdlimit.h)
  *   no request for idle_timeout_ms on a kept-alive connection: closed silently.
  * Timers are per connection; a slow client holds nothing but its own connection.
  *
@@ -38,10 +41,13 @@
  *
  * Threading: everything runs on the loop's thread.
  *
- * Graceful close: http_server_close() stops accepting, closes idle connections, lets requests
- * already received finish (their responses are written, the last one with Connection: close),
- * refuses new requests on open connections, then calls the close callback once every
- * connection is closed and every handler has answered.
+ * Drain (R8), http_server_drain(): stop accepting; close at once the idle connections and the
+ * ones whose request is not completely received (the partial request is dropped: the client
+ * sees the connection close, not a timeout 30 s later); let the requests already handed to
+ * handlers finish — their answers are written, the last one of each connection with
+ * Connection: close, then that connection closes; refuse new requests on open connections
+ * (they are not read). The drain is done when no connection is left. http_server_close() is a
+ * drain followed by freeing the server.
  */
 #ifndef DSP_HTTP_SERVER_H
 #define DSP_HTTP_SERVER_H
@@ -68,6 +74,10 @@ typedef void (*http_decorate_cb)(struct http_request *req, int status, void *dat
 
 /* Called once when a closing server has finished; the server is freed right after it returns. */
 typedef void (*http_server_close_cb)(struct http_server *s, void *data);
+
+/* Called once when a draining server has no connection left; the server stays valid until
+ * http_server_close(), which the callback may call. */
+typedef void (*http_server_drain_cb)(struct http_server *s, void *data);
 
 struct http_route {
 	const char *method;	 /* "GET", "POST", ...; borrowed for the server's life */
@@ -109,6 +119,8 @@ struct http_server_stats {
 	uint64_t write_pauses;	   /* times a connection stopped reading for unsent output */
 	uint64_t write_timeouts;   /* connections closed because their writes made no progress */
 	uint64_t write_queued_max; /* the most unsent output any connection has had, in bytes */
+	uint64_t drain_dropped;	   /* half-received requests a drain dropped (connection closed) */
+	uint64_t drain_idle;	   /* idle connections a drain closed */
 	unsigned open;		   /* connections open now */
 };
 
@@ -129,8 +141,16 @@ int http_server_port(const struct http_server *s);
 /* Copies the counters into *out. */
 void http_server_stats(const struct http_server *s, struct http_server_stats *out);
 
-/* Starts a graceful close (see above). cb (optional) is called exactly once, from the loop,
- * when done; the server is then freed. Calling it twice is a no-op. */
+/* Starts the drain (see above). cb (optional) is called exactly once, from the loop, when no
+ * connection is left (never from within this call); the server stays valid (port, stats) until
+ * http_server_close(). Returns 0, or -EALREADY when the server is already draining or closing
+ * (cb is then never called). */
+int http_server_drain(struct http_server *s, http_server_drain_cb cb, void *data);
+
+/* Drains the server (as http_server_drain(), unless a drain is under way) and frees it once
+ * drained. cb (optional) is called exactly once, when done, right before the server is freed:
+ * from the loop, or from within this call when the server had already drained. A pending
+ * drain callback is called first. Calling it twice is a no-op. */
 void http_server_close(struct http_server *s, http_server_close_cb cb, void *data);
 
 /* ---- the request (borrowed by the handler until it responds) ---- */

@@ -86,7 +86,12 @@ struct http_server {
 	struct list_node conns; /* open connections (struct http_conn) */
 	struct http_server_stats stats;
 	llhttp_settings_t settings;
-	bool listening_closed, closing;
+	bool listening_closed;
+	bool draining;	/* http_server_drain() or _close(): no more connections or requests */
+	bool closing;	/* http_server_close(): freed once drained */
+	bool notifying; /* inside server_maybe_done()'s callbacks */
+	http_server_drain_cb drain_cb;
+	void *drain_data;
 	http_server_close_cb close_cb;
 	void *close_data;
 	char readbuf[HTTP_READ_BUF]; /* shared: input is consumed within the read callback */

@@ -1,6 +1,10 @@
 #include "settings.h"
 
+#include "addr.h"
 #include "error.h"
+#include "redis_conn.h"
+
+#include <libpq-fe.h>
 
 #include <errno.h>
 #include <stddef.h>
@@ -16,9 +20,11 @@ const struct config_setting settings_table[] = {
 	  "PostgreSQL connection string or URI. Unset: commands that need it refuse to start "
 	  "(demo and tests start a private server)." },
 	{ "REDIS_URL", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(redis_url),
-	  "redis://host:port or unix:///path/to/redis.sock. Unset: as DATABASE_URL." },
+	  "redis://[user[:password]@]host[:port][/db] or unix:///path/to/redis.sock[?db=N] "
+	  "(user and password percent-encoded). Unset: as DATABASE_URL." },
 	{ "DISPATCHER_LISTEN", CONFIG_STRING, 0, 0, "127.0.0.1:8080", NULL, NULL, false,
-	  OFF(listen), "Address of the HTTP API (host:port)." },
+	  OFF(listen),
+	  "Address of the HTTP API: IPv4:port or [IPv6]:port (numeric; port 1..65535)." },
 	{ "DISPATCHER_LOG_LEVEL", CONFIG_ENUM, 0, 0, "info", "error|warn|info|debug", NULL, false,
 	  OFF(log_level), "Lowest level written to stderr (JSON lines)." },
 	{ "DISPATCHER_WORKER_ID", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(worker_id),
@@ -87,6 +93,74 @@ const struct config_setting settings_table[] = {
 
 const size_t settings_table_len = sizeof(settings_table) / sizeof(settings_table[0]);
 
+/* Writes "NAME=\"value\" <what>" into err (the value escaped) and returns DSP_ECONFIG. */
+static int refuse(char *err, size_t len, const char *name, const char *value, const char *what)
+{
+	char shown[CONFIG_SHOWN_MAX];
+
+	config_escape(value, shown, sizeof(shown));
+	snprintf(err, len, "%s=\"%s\" %s", name, shown, what);
+	return DSP_ECONFIG;
+}
+
+static int check_database_url(const char *url, char *err, size_t len)
+{
+	char *msg = NULL, what[160];
+	PQconninfoOption *opts = PQconninfoParse(url, &msg);
+
+	if (opts) {
+		PQconninfoFree(opts);
+		return 0;
+	}
+	snprintf(what, sizeof(what), "is not a PostgreSQL connection string or URI (%.*s)",
+		 msg ? (int)strcspn(msg, "\n") : 14, msg ? msg : "out of memory");
+	PQfreemem(msg);
+	return refuse(err, len, "DATABASE_URL", url, what);
+}
+
+static int check_http_url(const char *name, const char *url, char *err, size_t len)
+{
+	char why[64], what[96];
+
+	if (addr_http_url_check(url, why, sizeof(why)) == 0)
+		return 0;
+	snprintf(what, sizeof(what), "is not an http(s) URL: %s", why);
+	return refuse(err, len, name, url, what);
+}
+
+/* The text settings: each must parse as what it names. */
+static int check_text(struct settings *s, char *err, size_t len)
+{
+	char host[64];
+	int port;
+	struct redis_url r;
+
+	if (addr_hostport_parse(s->listen, host, sizeof(host), &port) < 0)
+		return refuse(err, len, "DISPATCHER_LISTEN", s->listen,
+			      "is not host:port (an IPv4 address, or an IPv6 one in brackets as "
+			      "[::1]:8080; port 1 to 65535)");
+	if (s->redis_url && redis_url_parse(s->redis_url, &r) < 0)
+		return refuse(err, len, "REDIS_URL", s->redis_url,
+			      "is not redis://[user[:password]@]host[:port][/db] or "
+			      "unix:///path[?db=N]");
+	if (s->database_url && check_database_url(s->database_url, err, len) < 0)
+		return DSP_ECONFIG;
+	if (s->provider_url && check_http_url("PROVIDER_URL", s->provider_url, err, len) < 0)
+		return DSP_ECONFIG;
+	if (s->public_url) {
+		if (check_http_url("DISPATCHER_PUBLIC_URL", s->public_url, err, len) < 0)
+			return DSP_ECONFIG;
+		size_t n = strlen(s->public_url); /* the callback URL appends "/provider/events" */
+		while (n > 0 && s->public_url[n - 1] == '/')
+			s->public_url[--n] = '\0';
+	}
+	for (const char *p = s->worker_id; p && *p; p++)
+		if ((unsigned char)*p <= ' ' || *p == 0x7f)
+			return refuse(err, len, "DISPATCHER_WORKER_ID", s->worker_id,
+				      "has a space or a control character");
+	return 0;
+}
+
 /* The bounds that span settings. Writes the message into err and returns DSP_ECONFIG. */
 static int cross_check(const struct settings *s, char *err, size_t len)
 {
@@ -118,14 +192,14 @@ static int cross_check(const struct settings *s, char *err, size_t len)
 
 int settings_load(struct settings *out)
 {
-	char err[256];
+	char err[512];
 	int rc = config_load(settings_table, settings_table_len, out, NULL, NULL, err, sizeof(err));
 
 	if (rc < 0) {
 		fprintf(stderr, "dispatcher: configuration error: %s\n", err);
 		return rc;
 	}
-	if (cross_check(out, err, sizeof(err)) < 0) {
+	if (check_text(out, err, sizeof(err)) < 0 || cross_check(out, err, sizeof(err)) < 0) {
 		fprintf(stderr, "dispatcher: configuration error: %s\n", err);
 		settings_free(out);
 		return DSP_ECONFIG;

@@ -202,7 +202,7 @@ void lane_init(struct lane *l, const struct lane_config *c, int64_t now)
 	l->stopped = false;
 }
 
-enum lane_gate lane_admit(struct lane *l, int64_t now, bool resend, uint64_t *wait_ms)
+enum lane_gate lane_check(struct lane *l, int64_t now, bool resend, uint64_t *wait_ms)
 {
 	uint64_t w;
 
@@ -211,14 +211,28 @@ enum lane_gate lane_admit(struct lane *l, int64_t now, bool resend, uint64_t *wa
 		return LANE_STOPPED;
 	if ((w = lane_park_wait(&l->park, now)) == 0 &&
 	    (w = lane_circuit_wait(&l->circuit, now)) == 0 &&
-	    (!resend || (w = lane_budget_wait(&l->budget, now)) == 0) &&
-	    (w = token_bucket_take(&l->bucket, now)) == 0) {
-		lane_circuit_sent(&l->circuit, now);
-		lane_budget_note(&l->budget, now, resend);
+	    (!resend || (w = lane_budget_wait(&l->budget, now)) == 0))
 		return LANE_GO;
-	}
 	*wait_ms = w;
 	return LANE_WAIT;
+}
+
+void lane_sent(struct lane *l, int64_t now, bool resend)
+{
+	lane_circuit_sent(&l->circuit, now);
+	lane_budget_note(&l->budget, now, resend);
+}
+
+enum lane_gate lane_admit(struct lane *l, int64_t now, bool resend, uint64_t *wait_ms)
+{
+	enum lane_gate g = lane_check(l, now, resend, wait_ms);
+
+	if (g != LANE_GO)
+		return g;
+	if ((*wait_ms = token_bucket_take(&l->bucket, now)) != 0)
+		return LANE_WAIT;
+	lane_sent(l, now, resend);
+	return LANE_GO;
 }
 
 void lane_record(struct lane *l, int64_t now, const struct retry_decision *d)

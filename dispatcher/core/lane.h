@@ -130,6 +130,13 @@ void lane_init(struct lane *l, const struct lane_config *c, int64_t now);
  * only) the budget, then the token bucket. On LANE_GO the token is taken and the send counted;
  * on LANE_WAIT *wait_ms is set (wait_ms may not be NULL). */
 enum lane_gate lane_admit(struct lane *l, int64_t now, bool resend, uint64_t *wait_ms);
+/* lane_admit() in two halves, for a lane whose tokens come from elsewhere (the fleet-wide
+ * bucket, dispatcher/worker/lane_fleet.h): lane_check() asks the stop flag, the park, the
+ * circuit and (re-sends) the budget, and takes nothing; lane_sent() notes a send that left at
+ * now (the circuit's probe, the budget's count). lane_admit() is lane_check(), then the token
+ * bucket, then lane_sent(). Same returns as lane_admit(). */
+enum lane_gate lane_check(struct lane *l, int64_t now, bool resend, uint64_t *wait_ms);
+void lane_sent(struct lane *l, int64_t now, bool resend);
 /* Feeds one answer's retry decision into the park, the circuit and the stop flag. Every
  * answer reaches the circuit, a STOP_LANE one too (it may be the probe's). */
 void lane_record(struct lane *l, int64_t now, const struct retry_decision *d);

@@ -10,8 +10,9 @@
 -- ARGV: gen call flags agent worker ...
 --   call    the call id (the slot id at every level)
 --   flags   "" or "w": a refused call registers as a waiter (C9/C10): a direct dial as a
---           waiting direct dial (k + 1), a batch call under its first candidate; a woken
---           waiter refused again goes back to its place in the queue
+--           waiting direct dial (k + 1), a batch call under each of its candidates (all were
+--           refused); a waiter refused again (woken or not) goes back to its places in the
+--           queue, under the campaigns it registered with
 --   agent   a direct dial's agent ("" for none); ignored for batch candidates
 --   worker  the worker holding the waiter (its wake channel); "" for none: a direct dial
 --           then counts in k but is never woken (a batch waiter needs a worker)
@@ -31,6 +32,7 @@
 -- Records (README.md "Records"): org OF, campaign CF + agent id, agent AF, system SF, one second
 -- of the rolling minute RF, totals TF.
 
+-- @include gate_wc.lua.inc
 -- @include gate_acquire.lua.inc
 
 local OF = '<I4I4BI4dI4dddddI4I4I4I4I4I4I4'
@@ -85,10 +87,11 @@ if held then
 end
 
 -- Each candidate, fairshare_gate_admit()'s checks 1..6 in order.
-local reply = {0, '', now, k, 0, 0}
+local reply = {0, '', now, k, 0, 0, 0, 0, 0} -- sized for one decision (a table's growth costs)
 local d1, d2, d3, d4, d5, d6, d7 = 0, 0, 0, 0, 0, 0, 0 -- admitted, fcfs, refused by level
 local R -- min(k, max(1, floor(direct))) with valid floors, min(k, 1) without (R6, R9)
 local c, r, f, ceil, known, sag, ag, agr, ags
+local last, lastr, lasts -- the agent record read last (candidates often share an agent)
 local admitted = false
 for i = 1, ncand do
 	c = ARGV[5 + i]
@@ -110,11 +113,14 @@ for i = 1, ncand do
 	elseif batch and known ~= 1 then
 		level, reason = 4, 5 -- no limits installed for this campaign
 	else
-		if ag ~= '' then
+		if ag ~= '' and ag == last then -- nothing was written since it was read
+			agr, ags = lastr, lasts
+		elseif ag ~= '' then
 			local araw = redis.call('HGET', state, 'a:' .. ag)
 			if araw then
 				agr, ags = struct.unpack(AF, araw)
 			end
+			last, lastr, lasts = ag, agr, ags
 		end
 		local O1 = orun + 1
 		if not enforced then
@@ -185,7 +191,7 @@ end
 
 -- The counters of this second (n1..n7 belong to second `sec`); a new second first moves the
 -- previous one to the rolling minute (m:<s mod 60>) and to the totals (tot).
-local set = {'org', ''}
+local m, mrec, trec -- the rolling minute's field and record, the totals (nil: no new second)
 local s_now = math.floor(now / 1000)
 if s_now ~= sec then
 	if n1 + n2 + n3 + n4 + n5 + n6 + n7 > 0 then
@@ -194,77 +200,82 @@ if s_now ~= sec then
 		if tr then
 			t1, t2, t3, t4, t5, t6, t7 = struct.unpack(TF, tr)
 		end
-		set[3] = 'm:' .. (sec % 60)
-		set[4] = struct.pack(RF, sec, n1, n2, n3, n4, n5, n6, n7)
-		set[5] = 'tot'
-		set[6] = struct.pack(TF, t1 + n1, t2 + n2, t3 + n3, t4 + n4, t5 + n5, t6 + n6, t7 + n7)
+		m = 'm:' .. (sec % 60)
+		mrec = struct.pack(RF, sec, n1, n2, n3, n4, n5, n6, n7)
+		trec = struct.pack(TF, t1 + n1, t2 + n2, t3 + n3, t4 + n4, t5 + n5, t6 + n6, t7 + n7)
 	end
 	sec, n1, n2, n3, n4, n5, n6, n7 = s_now, 0, 0, 0, 0, 0, 0, 0
 end
 n1, n2, n3, n4, n5, n6, n7 = n1 + d1, n2 + d2, n3 + d3, n4 + d4, n5 + d5, n6 + d6, n7 + d7
 
 if not admitted then
-	if ARGV[3] == 'w' then -- register (hand-off, README.md "Hand-off")
-		local wk, c1 = ARGV[5], ARGV[6]
+	if ARGV[3] == 'w' then -- register (hand-off, README.md "Hand-off"; gate_wc.lua.inc)
+		local wk = ARGV[5]
 		local rec = redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
-		if rec then -- already waiting; woken and refused again: back to its place
-			local rc = direct and '*' or string.match(rec, '^([^|]*)')
-			if redis.call('ZREM', KEYS[9], call) == 1 then
-				redis.call('ZADD', KEYS[7], 0, rc .. '|' ..
-					string.format('%013d', tonumber(string.match(rec, '^[^|]*|(%d+)'))) ..
-					'|' .. call)
-			end
-			if not direct then
-				-- Its campaign back in the waking order: a wake that met no queued waiter of
-				-- it (this one was woken) took it out of :wc.
-				local craw = rc == c1 and v[2] or redis.call('HGET', state, 'c:' .. rc)
-				local r1, f1 = 0, 0
-				if craw then
-					r1, f1 = struct.unpack(CF, craw)
-				end
-				redis.call('ZADD', KEYS[8], r1 - f1, rc)
+		if rec then -- already waiting (woken or not): back to its places, its wake consumed
+			local rc, since, rwk = string.match(rec, '^([^|]*)|(%d+)|?(.*)$')
+			redis.call('ZREM', KEYS[9], call)
+			if rwk ~= '' then -- it has a worker: queued
+				wc_queue(state, KEYS[7], KEYS[8], direct and '*' or rc, tonumber(since), call)
 			end
 		else
-			local since = string.format('%d', now)
+			local cands = '*'
 			if direct then
-				redis.call('HSET', KEYS[4], call, dagent .. '|' .. since .. '|' .. wk)
+				redis.call('HSET', KEYS[4], call, dagent .. '|' .. string.format('%d', now) ..
+					'|' .. wk)
 				k = k + 1
 				reply[4] = k
 			else
-				redis.call('HSET', KEYS[6], call, c1 .. '|' .. since .. '|' .. wk)
-				local r1, f1 = 0, 0
-				if v[2] then
-					r1, f1 = struct.unpack(CF, v[2])
+				local seen = {}
+				cands = ARGV[6]
+				seen[cands] = true
+				for i = 7, #ARGV do
+					if not seen[ARGV[i]] then
+						seen[ARGV[i]] = true
+						cands = cands .. ',' .. ARGV[i]
+					end
 				end
-				redis.call('ZADD', KEYS[8], r1 - f1, c1)
+				redis.call('HSET', KEYS[6], call, cands .. '|' .. string.format('%d', now) ..
+					'|' .. wk)
 			end
 			if wk ~= '' then
-				redis.call('ZADD', KEYS[7], 0, (direct and '*' or c1) .. '|' ..
-					string.format('%013d', now) .. '|' .. call)
+				wc_queue(state, KEYS[7], KEYS[8], cands, now, call)
 			end
 			reply[5] = 1
 		end
 	end
-	set[2] = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
-		n5, n6, n7)
-	redis.call('HSET', state, unpack(set))
+	local orec = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3,
+		n4, n5, n6, n7)
+	if m then
+		redis.call('HSET', state, 'org', orec, m, mrec, 'tot', trec)
+	else
+		redis.call('HSET', state, 'org', orec)
+	end
 	return reply
 end
 
 -- fairshare_gate_acquire(): every level, and the shortfall by the stored floor.
 if srun >= COUNT_MAX or orun >= COUNT_MAX or r >= COUNT_MAX or agr >= COUNT_MAX then
 	-- As the model: the admission is counted, then the acquire fails and nothing is taken.
-	set[2] = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
-		n5, n6, n7)
-	redis.call('HSET', state, unpack(set))
+	local orec = struct.pack(OF, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3,
+		n4, n5, n6, n7)
+	if m then
+		redis.call('HSET', state, 'org', orec, m, mrec, 'tot', trec)
+	else
+		redis.call('HSET', state, 'org', orec)
+	end
 	return redis.error_reply('GATE OVERFLOW')
 end
-local wrec = redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
+-- A batch admission with no batch waiter registered and no campaign in the waking order (:bwait
+-- and :wc absent) has no registration to withdraw and no score to keep: one EXISTS instead of
+-- the HGET below and the acquire's ZADD XX. Exact: a batch call's registration (queued, woken
+-- or without a worker) is its :bwait record, a campaign's score is in :wc (README.md "Hand-off").
+local queued = direct or redis.call('EXISTS', KEYS[6], KEYS[8]) > 0
+local wrec = queued and redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
 if wrec then -- a waiter admitted: its registration withdrawn, its wake (if any) consumed
-	local wc, since = string.match(wrec, '^([^|]*)|(%d+)')
+	local wcands, since = string.match(wrec, '^([^|]*)|(%d+)')
 	redis.call('HDEL', direct and KEYS[4] or KEYS[6], call)
-	redis.call('ZREM', KEYS[7], (direct and '*' or wc) .. '|' ..
-		string.format('%013d', tonumber(since)) .. '|' .. call)
+	wc_unqueue(KEYS[7], KEYS[8], direct and '*' or wcands, tonumber(since), call)
 	redis.call('ZREM', KEYS[9], call)
 	if direct then
 		k = math.max(k - 1, 0)
@@ -272,14 +283,9 @@ if wrec then -- a waiter admitted: its registration withdrawn, its wake (if any)
 	end
 	reply[5] = -1
 end
-local extra = {}
-if set[3] then -- a second was moved to the rolling minute
-	extra = {set[3], set[4], set[5], set[6]}
-end
-ga_take({state = state, slots = slots, sys = sys, wc = KEYS[8], call = call, c = c, ag = ag,
-	taken = now, r = r, f = f, ceil = ceil, known = known, sag = sag, agr = agr, ags = ags,
-	slim = slim, srun = srun, sver = sver, extra = extra},
-	{L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4, n5, n6, n7})
+ga_take(state, slots, sys, queued and KEYS[8], call, c, ag, now, r, f, ceil, known, sag, agr,
+	ags, slim, srun, sver, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
+	n5, n6, n7, m, mrec, trec)
 reply[1] = 1
 reply[2] = c
 return reply

@@ -114,6 +114,7 @@ struct gate_pg_stats {
 	uint64_t admissions;			  /* postgres-mode transactions completed */
 	uint64_t decisions; /* postgres-mode decisions (candidates evaluated) */
 	uint64_t releases;  /* call rows ended by gate_pgmode_release() */
+	uint64_t cancelled; /* call rows ended by gate_pg_cancel_written() */
 };
 
 /* Creates the PostgreSQL side of the gate over pool (borrowed; not started yet: the statements
@@ -149,6 +150,27 @@ typedef void (*gate_pg_write_cb)(struct gate_pg *g, const enum gate_pg_outcome *
  * refusal (-ENOTCONN, -EAGAIN, -ESHUTDOWN): nothing was sent, release every call. */
 int gate_pg_write(struct gate_pg *g, enum gate_mode mode, uint64_t epoch, uint64_t deadline_ms,
 		  const struct gate_pg_call *calls, uint32_t n, gate_pg_write_cb cb, void *data);
+
+/* status 0: ended[i] says whether calls[i]'s row was ended by this call (false: it is not
+ * dialing any more, or was never written: nothing to do for it here). Otherwise (-ETIMEDOUT:
+ * not done within the deadline; DSP_EPG, a transport error, -ECANCELED) ended is NULL, and
+ * nothing was ended — or, for a lost connection, nothing is known: the rows may stay dialing
+ * until the maximum-duration sweep. */
+typedef void (*gate_pg_cancel_cb)(struct gate_pg *g, int status, const bool *ended, uint32_t n,
+				  void *data);
+
+/* Ends the call rows of calls[0..n) — written by gate_pg_write() (GATE_PG_WRITTEN) but never to
+ * be dialled, because their caller gave up while the write was in flight — as the calls they
+ * are: state ended, outcome 'refused', outcome_reason 'cancelled before dial', ended_at now,
+ * only while still dialing with no provider call; each batch contact back to pending with no
+ * attempt or try charged and its claim cleared, only while it is dialing under calls[i]'s lease
+ * token. Fenced as the write is (budget, the shared epoch lock, a statement whose snapshot
+ * follows it; the contact's lease re-checked under its row lock), bounded on the server by
+ * deadline_ms. The caller releases the Redis slots of the rows ended, after cb (a row leaves
+ * the live states before its slot is released). Returns 0 (cb will be called), -EINVAL (as
+ * gate_pg_write()), -ETIMEDOUT (deadline_ms is 0), -ENOMEM or the pool's refusal. */
+int gate_pg_cancel_written(struct gate_pg *g, const struct gate_pg_call *calls, uint32_t n,
+			   uint64_t deadline_ms, gate_pg_cancel_cb cb, void *data);
 
 /* Whether a call with this outcome must have its slots released now. */
 bool gate_pg_outcome_releases(enum gate_pg_outcome o);
@@ -212,16 +234,23 @@ struct gate_pg_live_call {
  * seen_epoch). The caller rebuilds Redis from them (gate_system_init, then gate_org_rebuild per
  * org, under a generation from reconcile_generation(seen_epoch + 1, ...)) and then calls
  * gate_pg_rebuild_finish() exactly once. Any other status: rb is NULL and nothing is held:
- * -ESTALE (the mode is not postgres at seen_epoch), -EPERM (lease_owner no longer holds the
+ * -ESTALE (the mode at seen_epoch is not one gate_pg_rebuild_allowed() accepts), -EPERM (lease_owner no longer holds the
  * reconciler lease at lease_version), -ETIMEDOUT (the lock was not granted in time), DSP_EPG, a
  * transport error or -ECANCELED. */
 typedef void (*gate_pg_rebuild_cb)(struct gate_pg_rebuild *rb, int status,
 				   const struct gate_pg_live_call *calls, uint32_t n,
 				   const struct gate_pg_mode *mode, void *data);
 
+/* True when the way back may start from mode m: postgres mode, or a redis epoch with no
+ * generation recorded (system_settings.gate_generation NULL: a fresh install, or a fleet set to
+ * redis mode before migration 0003). No worker admits in Redis under such an epoch (gate_mode.h
+ * adopts only a recorded generation), so building it is the way back without a switch first:
+ * the same transaction, the same guarantee (README-pg.md, "The initial build"). */
+bool gate_pg_rebuild_allowed(const struct gate_pg_mode *m);
+
 /* Begins the switch back: an interactive transaction that takes the epoch lock exclusively
  * (waiting at most timeout_ms, which also bounds the whole transaction on the server), locks the
- * system row, checks the mode (postgres at seen_epoch) and, when lease_owner is not NULL, the
+ * system row, checks the mode (gate_pg_rebuild_allowed() at seen_epoch) and, when lease_owner is not NULL, the
  * reconciler lease (leases row 'reconciler' held by lease_owner at lease_version, unexpired),
  * and reads every live call. Returns 0 (cb will be called), -EINVAL, -ENOMEM or the pool's
  * refusal. */

@@ -174,6 +174,11 @@ static int live_copy(const PGresult *res, struct live_set *s)
 
 /* --- the way back: the reconciler's transaction --- */
 
+bool gate_pg_rebuild_allowed(const struct gate_pg_mode *m)
+{
+	return m->mode == GATE_MODE_POSTGRES || !m->generation[0];
+}
+
 struct gate_pg_rebuild {
 	struct gate_pg *g;
 	struct pg_txn *txn;
@@ -217,7 +222,7 @@ static void rb_settle(struct gate_pg_rebuild *rb)
 	if (rb->pending > 0 || rb->delivered)
 		return;
 	if (!rb->status &&
-	    (rb->mode.mode != GATE_MODE_POSTGRES || rb->mode.epoch != rb->seen_epoch))
+	    (!gate_pg_rebuild_allowed(&rb->mode) || rb->mode.epoch != rb->seen_epoch))
 		rb->status = -ESTALE;
 	if (!rb->status && rb->check_lease && !rb->lease_ok)
 		rb->status = -EPERM;

@@ -11,6 +11,7 @@
 -- Reply: {added, record}: 1 and the record written, or 0 and the record the call already has
 -- Errors: GATE NOSYSTEM, GATE OVERFLOW, GATE ARGS <what>.
 
+-- @include gate_wc.lua.inc
 -- @include gate_acquire.lua.inc
 
 local OF = '<I4I4BI4dI4dddddI4I4I4I4I4I4I4'
@@ -38,9 +39,11 @@ if not sv then
 end
 local slim, srun, sver = struct.unpack(SF, sv)
 local v = redis.call('HMGET', state, 'org', 'c:' .. c)
-local o = {0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0}
+local L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4, n5, n6, n7 =
+	0, 0, 0, 0, 0, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0, 0, 0, 0
 if v[1] then
-	o = {struct.unpack(OF, v[1])}
+	L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4, n5, n6, n7 =
+		struct.unpack(OF, v[1])
 end
 local r, f, ceil, known, sag = 0, 0, 0, 0, ''
 if v[2] then
@@ -54,10 +57,10 @@ if ag ~= '' then
 		agr, ags = struct.unpack(AF, araw)
 	end
 end
-if srun >= COUNT_MAX or o[4] >= COUNT_MAX or r >= COUNT_MAX or agr >= COUNT_MAX then
+if srun >= COUNT_MAX or orun >= COUNT_MAX or r >= COUNT_MAX or agr >= COUNT_MAX then
 	return redis.error_reply('GATE OVERFLOW')
 end
-ga_take({state = state, slots = slots, sys = sys, wc = KEYS[5], call = call, c = c, ag = ag,
-	taken = tonumber(taken), r = r, f = f, ceil = ceil, known = known, sag = sag, agr = agr,
-	ags = ags, slim = slim, srun = srun, sver = sver, extra = {}}, o)
+ga_take(state, slots, sys, KEYS[5], call, c, ag, tonumber(taken), r, f, ceil, known, sag, agr,
+	ags, slim, srun, sver, L, pa, en, orun, S, k, lver, fver, fexp, clock, sec, n1, n2, n3, n4,
+	n5, n6, n7)
 return {1, c .. '|' .. ag .. '|' .. taken}

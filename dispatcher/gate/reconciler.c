@@ -3,6 +3,7 @@
  * back"). */
 #include "reconciler.h"
 
+#include "backoff.h"
 #include "error.h"
 #include "gate_recon.h"
 #include "log.h"
@@ -57,6 +58,10 @@ struct reconciler {
 	struct gate *g; /* the reconciler's own gate (its own generation) */
 	uv_timer_t timer;
 	bool started, closing, running, timer_closed;
+	bool kicked;	  /* a kick during a run: run again when it ends */
+	bool back_wanted; /* this run, as the holder, found a way back to make and did not commit
+			   * one: the next run comes after the backoff, not the period */
+	unsigned retries; /* runs in a row that left back_wanted (the backoff's n) */
 	void (*closed_cb)(void *data);
 	void *closed_data;
 	struct reconciler_stats stats;
@@ -95,6 +100,8 @@ struct reconciler {
 
 static void run_end(struct reconciler *r, int status);
 static void pass_org(struct reconciler *r);
+static void mode_notify_cb(const char *channel, const char *payload, void *data);
+static void redis_connect_cb(struct redis_conn *conn, uint64_t run, void *data);
 
 static const char *val(const PGresult *res, int row, int col)
 {
@@ -135,6 +142,11 @@ int reconciler_new(const struct reconciler_options *opts, struct reconciler **ou
 		if (rc)
 			goto fail;
 	}
+	rc = pg_pool_listen(opts->pool, GATE_PG_CHANNEL_MODE, mode_notify_cb, r);
+	if (!rc)
+		rc = redis_conn_add_hook(opts->conn, "reconciler", redis_connect_cb, r);
+	if (rc)
+		goto fail;
 	rc = gate_new(opts->conn, opts->reg, NULL, &r->g);
 	if (rc)
 		goto fail;
@@ -151,8 +163,58 @@ static void tick_cb(uv_timer_t *t)
 {
 	struct reconciler *r = t->data;
 
-	if (!r->running)
-		reconciler_run(r, NULL, NULL);
+	if (!r->running && reconciler_run(r, NULL, NULL) == -EBUSY)
+		r->kicked = true;
+}
+
+/* The next run: at once after a kick, after the backoff while a way back is wanted (its first
+ * retry RECONCILER_RETRY_MS after the run, doubling up to the period), else after the period. */
+static void schedule(struct reconciler *r)
+{
+	uint64_t delay = r->o.period_ms;
+
+	if (!r->started || r->closing)
+		return;
+	if (r->kicked) {
+		r->kicked = false;
+		delay = 0;
+	} else if (r->back_wanted) {
+		delay = backoff_doubled(RECONCILER_RETRY_MS, r->retries++, r->o.period_ms);
+	} else {
+		r->retries = 0;
+	}
+	uv_timer_start(&r->timer, tick_cb, delay, 0);
+}
+
+void reconciler_kick(struct reconciler *r)
+{
+	if (!r->started || r->closing)
+		return;
+	if (r->running) {
+		r->kicked = true;
+		return;
+	}
+	r->retries = 0;
+	uv_timer_start(&r->timer, tick_cb, 0, 0);
+}
+
+/* The fleet went to postgres mode: the way back may start now (Redis may be up: a lost state,
+ * a FLUSHALL, a worker's command deadline), not a period later. */
+static void mode_notify_cb(const char *channel, const char *payload, void *data)
+{
+	struct gate_pg_mode m;
+
+	(void)channel;
+	if (payload && !gate_pg_parse_mode(payload, &m) && m.mode == GATE_MODE_POSTGRES)
+		reconciler_kick(data);
+}
+
+/* Every connect of the Redis connection: the way back waits for Redis, so a run soon after the
+ * handshake finds it up (a run before the handshake ends retries after the backoff). */
+static void redis_connect_cb(struct redis_conn *conn, uint64_t run, void *data)
+{
+	redis_conn_hook_done(conn, run, 0, NULL);
+	reconciler_kick(data);
 }
 
 int reconciler_start(struct reconciler *r)
@@ -160,7 +222,7 @@ int reconciler_start(struct reconciler *r)
 	if (r->started || r->closing)
 		return -EBUSY;
 	r->started = true;
-	return uv_timer_start(&r->timer, tick_cb, r->o.period_ms, r->o.period_ms);
+	return uv_timer_start(&r->timer, tick_cb, 0, 0);
 }
 
 void reconciler_get_stats(const struct reconciler *r, struct reconciler_stats *out)
@@ -244,6 +306,7 @@ static void run_end(struct reconciler *r, int status)
 	}
 	r->running = false;
 	r->done_cb = NULL;
+	schedule(r);
 	if (cb)
 		cb(r, status, data);
 	maybe_free(r);
@@ -258,6 +321,7 @@ static void finish_cb(struct gate_pg *pg, int status, const struct gate_pg_switc
 
 	(void)pg;
 	if (!status && res && res->switched) {
+		r->back_wanted = false;
 		r->stats.rebuilds++;
 		RLOG(LOG_INFO, NULL, "redis mode again at epoch %" PRIu64 ": %u live calls rebuilt",
 		     res->now.epoch, r->n_calls);
@@ -555,6 +619,7 @@ static void switched_cb(struct gate_pg *pg, int status, const struct gate_pg_swi
 	struct reconciler *r = data;
 
 	(void)pg;
+	r->back_wanted = true; /* Redis answers: the way back may rebuild it at once */
 	if (!status && res->switched)
 		RLOG(LOG_WARN, NULL,
 		     "Redis state lost: fleet switched to postgres mode, epoch %" PRIu64,
@@ -1029,6 +1094,18 @@ static void pass_gen_cb(int status, const char *gen, size_t len, void *data)
 	}
 	memcpy(buf, gen, len);
 	buf[len] = '\0';
+	/* Only under the generation committed for this epoch (read with the mode): anything else
+	 * — a stale reconciler's late rebuild, an older snapshot, no recorded generation — is not
+	 * the state this epoch was built as. Nothing is built or corrected under it, and the fleet
+	 * switches (its workers refuse it too, gate_mode.h). */
+	if (strcmp(buf, r->mode.generation) != 0) {
+		r->stats.foreign_gen++;
+		RLOG(LOG_WARN, NULL,
+		     "{sys}:gen %s is not the generation committed for epoch %" PRIu64 " (%s)", buf,
+		     r->mode.epoch, r->mode.generation[0] ? r->mode.generation : "none recorded");
+		state_lost(r, NULL);
+		return;
+	}
 	gate_set_generation(r->g, buf);
 	r->org_i = 0;
 	pass_org(r);
@@ -1086,12 +1163,16 @@ static void mode_cb(struct gate_pg *pg, int status, const struct gate_pg_switch_
 		return;
 	}
 	r->mode = res->now;
-	if (r->mode.mode == GATE_MODE_REDIS)
+	if (!gate_pg_rebuild_allowed(&r->mode)) {
 		periodic(r);
-	else if (redis_conn_is_up(r->o.conn))
+		return;
+	}
+	/* postgres mode, or a redis epoch never built (the initial build, gate_pg.h) */
+	r->back_wanted = true;
+	if (redis_conn_is_up(r->o.conn))
 		way_back(r);
 	else
-		run_end(r, 0); /* postgres mode, Redis still unreachable */
+		run_end(r, 0); /* Redis still unreachable: the next run after the backoff */
 }
 
 static void lease_cb(int status, const struct pg_results *res, void *data)
@@ -1132,6 +1213,7 @@ int reconciler_run(struct reconciler *r, reconciler_done_cb cb, void *data)
 	if (rc)
 		return rc;
 	r->running = true;
+	r->back_wanted = false;
 	r->done_cb = cb;
 	r->done_data = data;
 	return 0;

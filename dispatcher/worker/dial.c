@@ -1,5 +1,6 @@
 /* The dialer: lanes, the provider POST, the retry table, the attempt ledger (dial.h). */
 #include "dial.h"
+#include "dial_int.h"
 
 #include "error.h"
 #include "gate_pg_int.h" /* struct pgarr */
@@ -30,75 +31,14 @@
 	"UPDATE calls SET state = 'unknown', updated_at = now()"                                   \
 	" WHERE id = $1::uuid AND state = 'dialing'"
 
-#define N_COLS	     11
-#define ROWS_MAX     1000 /* attempt rows per statement */
-#define LANE_ORG_MAX 65
-
-struct dlane {
-	struct list_node node;
-	struct dial *d;
-	char org[LANE_ORG_MAX];
-	char name[LANE_ORG_MAX + 32];
-	struct lane lane;
-	struct list_node queue; /* calls waiting to be sent, in order */
-	uv_timer_t timer;	/* lane wait */
-	uv_timer_t probe;	/* stopped: resume after lane_probe_ms */
-	bool alerted;
-	int open_handles; /* closing: freed when both timers are closed */
-};
-
-struct dcall {
-	struct list_node node; /* lane queue, or the resend list */
-	struct dial *d;
-	struct dlane *lane;
-	struct dial_call c;
-	char call[40], org[65], campaign[65], agent[65], to[20], from[36];
-	unsigned sends, throttled;
-	bool maybe_delivered, queued, inflight, resend_wait;
-	uint64_t queued_ms;
-	uv_timer_t timer; /* resend delay */
-	struct http_client_call *http;
-};
-
-struct row {
-	char call[40], org[65], lane[LANE_ORG_MAX + 32], cls[16], reason[128];
-	int64_t contact;
-	int attempt, try, status, waited_ms, latency_ms;
-};
-
-struct dial {
-	uv_loop_t *loop;
-	struct pg_pool *pool;
-	struct http_client *http;
-	const struct pg_stmt *attempts, *unknown;
-	char *url, *auth, *callback, *provider;
-	struct dial_options o;
-	struct list_node lanes, resend;
-	struct row *rows;
-	uint32_t n_rows, cap_rows;
-	uv_timer_t flush; /* zero timer: the loop turn's attempt rows in one statement */
-	unsigned flushing;
-	bool draining, closing;
-	void (*drained_cb)(void *data);
-	void *drained_data;
-	void (*closed_cb)(void *data);
-	void *closed_data;
-	unsigned handles;
-	struct dial_stats st;
-	uint64_t rng;
-};
-
+#define N_COLS	 11
+#define ROWS_MAX 1000 /* attempt rows per statement */
 static uint32_t rnd32(struct dial *d)
 {
 	d->rng ^= d->rng << 13;
 	d->rng ^= d->rng >> 7;
 	d->rng ^= d->rng << 17;
 	return (uint32_t)(d->rng >> 11);
-}
-
-static int64_t now_ms(struct dial *d)
-{
-	return (int64_t)uv_now(d->loop);
 }
 
 static int64_t unix_ms(void)
@@ -108,9 +48,6 @@ static int64_t unix_ms(void)
 	clock_gettime(CLOCK_REALTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
-
-static void maybe_done(struct dial *d);
-static void lane_pump(struct dlane *l);
 
 /* ---- the attempt ledger ---- */
 
@@ -124,7 +61,7 @@ static void flush_done(int status, const struct pg_results *r, void *data)
 	if (status)
 		log_warn(LOG_DIAL, "dial_attempts insert failed: %s", dsp_strerror(status));
 	d->flushing--;
-	maybe_done(d);
+	dial_maybe_done(d);
 	(void)n;
 }
 
@@ -213,7 +150,7 @@ static void handle_closed(uv_handle_t *h)
 	struct dial *d = h->data;
 
 	d->handles--;
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 static void lane_handle_closed(uv_handle_t *h)
@@ -224,7 +161,7 @@ static void lane_handle_closed(uv_handle_t *h)
 	if (--l->open_handles == 0)
 		free(l);
 	d->handles--;
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 static struct dlane *lane_get(struct dial *d, const char *org)
@@ -242,7 +179,7 @@ static struct dlane *lane_get(struct dial *d, const char *org)
 	l->d = d;
 	snprintf(l->org, sizeof(l->org), "%s", org);
 	snprintf(l->name, sizeof(l->name), "%s/%s", d->provider, org);
-	lane_init(&l->lane, &d->o.lane, now_ms(d));
+	lane_init(&l->lane, &d->o.lane, dial_now_ms(d));
 	list_init(&l->queue);
 	uv_timer_init(d->loop, &l->timer);
 	uv_timer_init(d->loop, &l->probe);
@@ -254,12 +191,12 @@ static struct dlane *lane_get(struct dial *d, const char *org)
 
 static void lane_timer_cb(uv_timer_t *t)
 {
-	lane_pump(t->data);
+	dial_lane_pump(t->data);
 }
 
 static void finish(struct dcall *c, struct dial_result *r);
 
-static void stop_lane_calls(struct dlane *l, enum dial_disposition disp)
+void dial_stop_lane_calls(struct dlane *l, enum dial_disposition disp)
 {
 	while (!list_empty(&l->queue)) {
 		struct dcall *c = list_entry(list_first(&l->queue), struct dcall, node);
@@ -270,7 +207,7 @@ static void stop_lane_calls(struct dlane *l, enum dial_disposition disp)
 	}
 }
 
-static void probe_cb(uv_timer_t *t)
+void dial_probe_cb(uv_timer_t *t)
 {
 	struct dlane *l = t->data;
 
@@ -278,7 +215,7 @@ static void probe_cb(uv_timer_t *t)
 	lane_resume(&l->lane);
 	l->lane.stopped = false;
 	l->alerted = false;
-	lane_pump(l);
+	dial_lane_pump(l);
 }
 
 /* ---- one call ---- */
@@ -290,7 +227,7 @@ static void call_closed(uv_handle_t *h)
 
 	free(c);
 	d->handles--;
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 static void finish(struct dcall *c, struct dial_result *r)
@@ -339,9 +276,9 @@ static void resend_cb(uv_timer_t *t)
 	list_del(&c->node);
 	c->resend_wait = false;
 	c->queued = true;
-	c->queued_ms = (uint64_t)now_ms(c->d);
+	c->queued_ms = (uint64_t)dial_now_ms(c->d);
 	list_add_head(&c->lane->queue, &c->node);
-	lane_pump(c->lane);
+	dial_lane_pump(c->lane);
 }
 
 static bool body_throttled(const char *body)
@@ -406,7 +343,10 @@ static void answered(const struct http_client_response *resp, void *data)
 				    .sends = c->sends,
 				    .maybe_delivered = c->maybe_delivered };
 	retry_classify(&d->o.policy, &a, &cnt, unix_ms(), rnd32(d), &dec);
-	lane_record(&c->lane->lane, now_ms(d), &dec);
+	uint64_t opened = c->lane->lane.circuit.opened;
+	lane_record(&c->lane->lane, dial_now_ms(d), &dec);
+	if (d->fleet)
+		dial_fleet_record(c, a.status, &dec, opened);
 	if (dec.reason == RETRY_REASON_THROTTLED || dec.reason == RETRY_REASON_THROTTLED_HEADER)
 		c->throttled++;
 	if (a.transport != RETRY_TRANSPORT_NONE && a.transport != RETRY_TRANSPORT_CONNECT_FAILED &&
@@ -462,15 +402,15 @@ static void answered(const struct http_client_response *resp, void *data)
 				  "ALERT lane %s stopped: the provider answered %d (credentials or "
 				  "contract; check PROVIDER_TOKEN); probing again in %llu ms",
 				  l->name, a.status, (unsigned long long)d->o.lane_probe_ms);
-			uv_timer_start(&l->probe, probe_cb, d->o.lane_probe_ms, 0);
+			uv_timer_start(&l->probe, dial_probe_cb, d->o.lane_probe_ms, 0);
 		}
 		r.disposition = DIAL_STOPPED;
 		finish(c, &r);
-		stop_lane_calls(l, DIAL_STOPPED);
+		dial_stop_lane_calls(l, DIAL_STOPPED);
 		break;
 	}
 	}
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 static int post(struct dcall *c)
@@ -523,7 +463,7 @@ static int post(struct dcall *c)
 static void send_call(struct dcall *c)
 {
 	struct dial *d = c->d;
-	int64_t waited = now_ms(d) - (int64_t)c->queued_ms;
+	int64_t waited = dial_now_ms(d) - (int64_t)c->queued_ms;
 
 	c->sends++;
 	d->st.sends++;
@@ -542,26 +482,39 @@ static void send_call(struct dcall *c)
 	d->st.inflight++;
 }
 
-static void lane_pump(struct dlane *l)
+void dial_lane_pump(struct dlane *l)
 {
 	struct dial *d = l->d;
 
-	while (!list_empty(&l->queue)) {
+	while (!list_empty(&l->queue) && !l->taking) {
 		struct dcall *c = list_entry(list_first(&l->queue), struct dcall, node);
+		int64_t now = dial_now_ms(d);
+		bool resend = c->sends > 0;
 		uint64_t wait = 0;
-		enum lane_gate g = lane_admit(&l->lane, now_ms(d), c->sends > 0, &wait);
+		enum lane_gate g = d->fleet ? lane_check(&l->lane, now, resend, &wait)
+					    : lane_admit(&l->lane, now, resend, &wait);
 		if (g == LANE_STOPPED) {
-			stop_lane_calls(l, DIAL_STOPPED);
-			return;
+			dial_stop_lane_calls(l, DIAL_STOPPED);
+			break;
 		}
-		if (g == LANE_WAIT) {
-			uv_timer_start(&l->timer, lane_timer_cb, wait ? wait : 1, 0);
-			return;
+		if (g == LANE_WAIT || (d->fleet && !dial_fleet_token(l, now, &wait))) {
+			if (wait)
+				uv_timer_start(&l->timer, lane_timer_cb, wait, 0);
+			break;
 		}
+		if (d->fleet)
+			lane_sent(&l->lane, now, resend);
 		list_del(&c->node);
 		c->queued = false;
-		lane_circuit_sent(&l->lane.circuit, now_ms(d));
+		c->fprobe = l->fprobe;
+		c->fprobe_until = l->fprobe_until;
+		l->fprobe = LANE_FLEET_GO;
 		send_call(c);
+	}
+	/* Tokens are used at once or dropped: one kept for later would be sent over the rate. */
+	if (!l->taking) {
+		l->granted = 0;
+		l->fprobe = LANE_FLEET_GO;
 	}
 }
 
@@ -605,6 +558,12 @@ int dial_new(const struct dial_options *o, struct dial **out)
 			goto fail;
 		snprintf(d->auth, n, "Authorization: Bearer %s", o->token);
 	}
+	if (o->redis && (rc = lane_fleet_new(o->redis, o->scripts, d->provider,
+					     d->o.timeout_ms + 1000, &d->fleet))) {
+		log_error(LOG_DIAL, "fleet-wide lanes: %s (provider name \"%s\")", dsp_strerror(rc),
+			  d->provider);
+		goto fail;
+	}
 	if ((rc = pg_pool_prepare(o->pool, SQL_ATTEMPTS, N_COLS, &d->attempts)) ||
 	    (rc = pg_pool_prepare(o->pool, SQL_MARK_UNKNOWN, 1, &d->unknown)))
 		goto fail;
@@ -621,6 +580,7 @@ int dial_new(const struct dial_options *o, struct dial **out)
 	*out = d;
 	return 0;
 fail:
+	lane_fleet_free(d->fleet);
 	free(d->url);
 	free(d->callback);
 	free(d->provider);
@@ -660,7 +620,7 @@ int dial_start(struct dial *d, const struct dial_call *in)
 	c->timer.data = c;
 	d->handles++;
 	c->queued = true;
-	c->queued_ms = (uint64_t)now_ms(d);
+	c->queued_ms = (uint64_t)dial_now_ms(d);
 	list_add_tail(&l->queue, &c->node);
 	/* Sent from the lane's timer, never from inside this call (done_cb may run on a stop). */
 	if (!uv_is_active((uv_handle_t *)&l->timer))
@@ -680,7 +640,7 @@ bool dial_lane_stopped(struct dial *d, const char *org)
 	return false;
 }
 
-static void maybe_done(struct dial *d)
+void dial_maybe_done(struct dial *d)
 {
 	if (d->draining && d->drained_cb && !d->st.inflight && !d->n_rows && !d->flushing) {
 		void (*cb)(void *) = d->drained_cb;
@@ -691,6 +651,7 @@ static void maybe_done(struct dial *d)
 		void (*cb)(void *) = d->closed_cb;
 		void *data = d->closed_data;
 		free(d->rows);
+		lane_fleet_free(d->fleet);
 		free(d->url);
 		free(d->callback);
 		free(d->provider);
@@ -706,7 +667,7 @@ static void end_waiting(struct dial *d)
 	struct list_node *n;
 
 	for (n = d->lanes.next; n != &d->lanes; n = n->next)
-		stop_lane_calls(list_entry(n, struct dlane, node), DIAL_DRAINED);
+		dial_stop_lane_calls(list_entry(n, struct dlane, node), DIAL_DRAINED);
 	while (!list_empty(&d->resend)) {
 		struct dcall *c = list_entry(list_first(&d->resend), struct dcall, node);
 		list_del(&c->node);
@@ -723,7 +684,7 @@ void dial_drain(struct dial *d, void (*cb)(void *data), void *data)
 	d->drained_cb = cb;
 	d->drained_data = data;
 	end_waiting(d);
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 void dial_get_stats(const struct dial *d, struct dial_stats *out)
@@ -745,7 +706,7 @@ static void client_closed(struct http_client *c, void *data)
 
 	(void)c;
 	d->http = NULL;
-	maybe_done(d);
+	dial_maybe_done(d);
 }
 
 void dial_close(struct dial *d, void (*closed_cb)(void *data), void *data)
@@ -763,7 +724,8 @@ void dial_close(struct dial *d, void (*closed_cb)(void *data), void *data)
 		struct dlane *l = list_entry(list_first(&d->lanes), struct dlane, node);
 		list_del(&l->node);
 		d->handles += 2;
-		l->open_handles = 2;
+		l->open_handles = 2 + (l->taking ? 1 : 0); /* a take's answer still comes */
+		l->closing = true;
 		uv_close((uv_handle_t *)&l->timer, lane_handle_closed);
 		uv_close((uv_handle_t *)&l->probe, lane_handle_closed);
 	}

@@ -19,8 +19,14 @@
  * turn (D4).
  *
  * Lanes are (provider, organisation) with core/lane.h's token bucket, parking, circuit and retry
- * budget — per worker: N workers may together send N times a lane's rate (fleet-wide lanes in
- * Redis are not built yet).
+ * budget. With a Redis connection (dial_options.redis) they are fleet-wide (lane_fleet.h): every
+ * send (re-sends too) first passes the lane's local checks (stop, park, circuit, budget:
+ * lane_check()), then takes its token from the lane's bucket in Redis, which also refuses while
+ * any worker has the lane stopped, parked or its circuit open; this worker's core/lane.c still
+ * decides its transitions from its own answers and writes them there (park, open, stop: max of
+ * the stored and the new time; a fleet probe's answer clears its stop or open). While Redis does
+ * not answer, the lane is paced by this worker's own bucket (lane_admit()), never unpaced.
+ * Without a connection lanes are per worker (N workers may send N times a lane's rate).
  *
  * Async contract: done_cb is called exactly once per call accepted by dial_start(), from the
  * loop (never from inside dial_start()), also on dial_drain() and dial_close(). Everything passed
@@ -31,6 +37,7 @@
 
 #include "http_client.h"
 #include "lane.h"
+#include "lane_fleet.h"
 #include "pg_pool.h"
 #include "retry_policy.h"
 
@@ -76,16 +83,21 @@ typedef void (*dial_done_cb)(struct dial *d, const struct dial_result *r, void *
 
 struct dial_options {
 	uv_loop_t *loop;
-	struct pg_pool *pool;	     /* borrowed; not started yet (statements prepared now) */
-	const char *provider_url;    /* base URL, copied: POST <provider_url>/calls */
-	const char *token;	     /* bearer token, NULL for none; copied, never logged */
-	const char *callback_url;    /* the D0 callback_url, copied */
-	const char *provider_name;   /* the lane's provider part (copied; NULL: "provider") */
-	uint64_t timeout_ms;	     /* one request's deadline (0: 10000) */
-	uint64_t connect_timeout_ms; /* 0: 2000 */
-	uint64_t lane_probe_ms;	     /* a stopped lane resumes after this (0: 300000) */
-	struct lane_config lane;     /* per lane; lane_config_defaults() for SPEC D3's */
-	struct retry_policy policy;  /* retry_policy_defaults() for SPEC D2's */
+	struct pg_pool *pool;	   /* borrowed; not started yet (statements prepared now) */
+	const char *provider_url;  /* base URL, copied: POST <provider_url>/calls */
+	const char *token;	   /* bearer token, NULL for none; copied, never logged */
+	const char *callback_url;  /* the D0 callback_url, copied */
+	const char *provider_name; /* the lane's provider part (copied; NULL: "provider");
+				      * with redis, [A-Za-z0-9_-]{1,32} */
+	struct redis_conn *redis;  /* borrowed (outlives d), NULL: lanes per worker; else
+				      * fleet-wide lanes (lane_fleet.h) on it */
+	const struct redis_scripts *scripts; /* with redis: its registry, holding
+					      * lane_fleet_scripts_register()'s scripts */
+	uint64_t timeout_ms;		     /* one request's deadline (0: 10000) */
+	uint64_t connect_timeout_ms;	     /* 0: 2000 */
+	uint64_t lane_probe_ms;		     /* a stopped lane resumes after this (0: 300000) */
+	struct lane_config lane;	     /* per lane; lane_config_defaults() for SPEC D3's */
+	struct retry_policy policy;	     /* retry_policy_defaults() for SPEC D2's */
 	dial_done_cb done_cb;
 	void *data;
 };
@@ -99,6 +111,10 @@ struct dial_stats {
 	uint64_t attempts_lost; /* dial_attempts rows whose insert failed (logged) */
 	uint64_t inflight;	/* requests in flight now */
 	uint64_t queued;	/* calls waiting for their lane or a re-send now */
+	uint64_t fleet_takes;	/* lane_take.lua calls sent */
+	uint64_t fleet_local;	/* sends paced by the local bucket: Redis did not answer */
+	uint64_t fleet_stops;	/* lanes found stopped fleet-wide (another worker's 401/403) */
+	uint64_t fleet_marks;	/* park / open / stop times written (or probes cleared) */
 };
 
 /* Creates the dialer (its HTTP client too) and prepares its statements on o->pool. *out is owned

@@ -3,8 +3,43 @@
 
 #include "worker.h"
 
+#include "fdlimit.h"
+#include "log.h"
+
 #include <stdio.h>
 #include <unistd.h>
+
+/* File descriptors kept free under the soft limit for everything but the HTTP server's open
+ * connections: DISPATCHER_HTTP_MAX_CONNECTIONS is capped to (soft limit - RUN_FD_RESERVED).
+ *    32  the process: stdio, libuv's epoll, signal, async and EMFILE-reserve descriptors, the
+ *        listener, curl's resolver and wake-up descriptors
+ *     5  the PostgreSQL pool (4 ordinary connections + 1 priority)
+ *     2  Redis: the gate's command connection and the hand-off subscriber
+ *   256  provider connections (the dialer's connection cache: its concurrent requests)
+ *    64  connections being answered 503 because the table is full (each holds a descriptor
+ *        while its answer is written and for the linger after it) */
+#define RUN_FD_RESERVED (32 + 5 + 2 + 256 + 64)
+
+/* Raises the file-descriptor limit to the hard limit and returns the HTTP server's connection
+ * cap under it (logged when it is below the setting). */
+static unsigned http_connections(const struct settings *s)
+{
+	uint64_t want = (uint64_t)s->http_max_connections, cap;
+	struct fdlimit l;
+
+	if (fdlimit_raise(&l) < 0 && l.after == 0)
+		return (unsigned)want; /* getrlimit failed: nothing to size under */
+	cap = fdlimit_cap(&l, want, RUN_FD_RESERVED);
+	if (cap < want)
+		log_warn(
+			LOG_MAIN,
+			"DISPATCHER_HTTP_MAX_CONNECTIONS=%llu capped to %llu: the file-descriptor "
+			"limit is %llu and %d are kept for PostgreSQL, Redis, the provider and 503 "
+			"answers; raise the hard limit (ulimit -Hn, LimitNOFILE=) to lift it",
+			(unsigned long long)want, (unsigned long long)cap,
+			(unsigned long long)l.after, RUN_FD_RESERVED);
+	return (unsigned)cap;
+}
 
 int run_main(const struct settings *s)
 {
@@ -12,6 +47,7 @@ int run_main(const struct settings *s)
 
 	if (settings_check_run(s) < 0)
 		return 2;
+	unsigned max_connections = http_connections(s);
 	if (s->worker_id) {
 		snprintf(id, sizeof(id), "%s", s->worker_id);
 	} else {
@@ -53,5 +89,6 @@ int run_main(const struct settings *s)
 		.max_call_s = (uint64_t)s->max_call_s,
 		.retention_days = (uint64_t)s->retention_days,
 	};
+	o.http_max_connections = max_connections;
 	return worker_run(&o);
 }

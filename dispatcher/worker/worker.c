@@ -373,12 +373,23 @@ static void http_closed(struct http_server *s, void *data)
 	close_all(w);
 }
 
+/* Idle and half-received connections were closed at once, the answers in flight written. */
+static void http_drained(struct http_server *s, void *data)
+{
+	struct http_server_stats st;
+
+	http_server_stats(s, &st);
+	log_info(LOG_MAIN, "drain: HTTP done (%llu idle, %llu half-received closed at once)",
+		 (unsigned long long)st.drain_idle, (unsigned long long)st.drain_dropped);
+	http_server_close(s, http_closed, data);
+}
+
 static void dial_drained(void *data)
 {
 	struct worker *w = data;
 
 	if (w->http)
-		http_server_close(w->http, http_closed, w);
+		http_server_drain(w->http, http_drained, w);
 	else
 		close_all(w);
 }
@@ -464,7 +475,8 @@ static int build_connections(struct worker *w)
 	int rc;
 
 	if ((rc = redis_scripts_new(&w->reg)) || (rc = gate_scripts_register(w->reg)) ||
-	    (rc = gate_recon_scripts_register(w->reg)))
+	    (rc = gate_recon_scripts_register(w->reg)) ||
+	    (rc = lane_fleet_scripts_register(w->reg)))
 		return rc;
 	ro.scripts = w->reg;
 	if ((rc = redis_conn_new(w->loop, &ro, &w->conn)))
@@ -499,6 +511,7 @@ static int build_jobs(struct worker *w)
 		.loop = w->loop, .gate = w->gate, .sub = w->sub, .worker = o->worker_id
 	};
 	struct refresher_options rf = { .owner = o->worker_id,
+					.sub = w->sub,
 					.period_ms = o->refresh_period_ms,
 					.floors_ttl_ms = o->floors_ttl_ms };
 	struct reconciler_options rc_o = { .loop = w->loop,
@@ -516,6 +529,8 @@ static int build_jobs(struct worker *w)
 				     .callback_url = w->callback,
 				     .timeout_ms = o->provider_timeout_ms,
 				     .lane_probe_ms = o->lane_probe_ms,
+				     .redis = w->conn, /* fleet-wide lanes (lane_fleet.h) */
+				     .scripts = w->reg,
 				     .done_cb = on_dial,
 				     .data = w };
 	int rc;

@@ -67,7 +67,8 @@ static void on_client_closed(struct http_client *c, void *data)
 
 void harness_stop(struct harness *h)
 {
-	stub_close(h->stub, on_stub_closed, h);
+	if (h->stub) /* NULL: the test closed it, and it is freed */
+		stub_close(h->stub, on_stub_closed, h);
 	http_client_close(h->client, on_client_closed, h);
 	http_server_close(h->recv, on_recv_closed, h);
 	uv_run(&h->loop, UV_RUN_DEFAULT);

@@ -44,7 +44,8 @@ struct reply {
 
 /* Starts everything; cfg may be NULL for the stub defaults. */
 struct harness *harness_start(const struct stub_config *cfg);
-/* Closes everything, runs the loop dry, checks every handle closed, frees. */
+/* Closes everything (the stub unless h->stub was set to NULL after the test closed it), runs
+ * the loop dry, checks every handle closed, frees. */
 void harness_stop(struct harness *h);
 /* Runs the loop until *flag (or fails the test after HARNESS_DEADLINE_MS). */
 void harness_wait(struct harness *h, const bool *flag);

@@ -10,9 +10,11 @@
 #include "rawsock.h"
 
 #include <curl/curl.h>
+#include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,12 +30,27 @@ struct fixture {
 	uv_loop_t loop;
 	uv_async_t stop;    /* closes the server */
 	uv_async_t release; /* answers the held request */
+	uv_async_t drain;   /* starts http_server_drain() */
 	struct http_server *srv;
 	struct http_request *held;
 	int port;
 	bool closed; /* the close callback ran */
 	pthread_t thread;
+	atomic_int slow_handed;		      /* /slow/{ms} requests handed to the handler */
+	atomic_bool drained;		      /* the drain callback ran (at drained_ms) */
+	uint64_t drained_ms;		      /* CLOCK_MONOTONIC; written before drained */
+	struct http_server_stats drain_stats; /* the stats then */
+	int drain_rc[2];		      /* two http_server_drain() calls */
 };
+
+/* CLOCK_MONOTONIC in milliseconds. */
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 struct delayed {
 	uv_timer_t t;
@@ -84,6 +101,7 @@ static void h_slow(struct http_request *req, void *data)
 	struct delayed *d = calloc(1, sizeof(*d));
 	unsigned ms = (unsigned)strtoul(http_request_param(req, "ms"), NULL, 10);
 
+	atomic_fetch_add(&f->slow_handed, 1);
 	d->req = req;
 	snprintf(d->body, sizeof(d->body), "slow%u", ms);
 	uv_timer_init(&f->loop, &d->t);
@@ -171,6 +189,24 @@ static void on_stop(uv_async_t *a)
 
 	http_server_close(f->srv, on_closed, f);
 	uv_close((uv_handle_t *)&f->stop, on_async_closed);
+	uv_close((uv_handle_t *)&f->drain, on_async_closed);
+}
+
+static void on_drained(struct http_server *s, void *data)
+{
+	struct fixture *f = data;
+
+	http_server_stats(s, &f->drain_stats);
+	f->drained_ms = mono_ms();
+	atomic_store(&f->drained, true);
+}
+
+static void on_drain(uv_async_t *a)
+{
+	struct fixture *f = a->data;
+
+	f->drain_rc[0] = http_server_drain(f->srv, on_drained, f);
+	f->drain_rc[1] = http_server_drain(f->srv, on_drained, f); /* -EALREADY */
 }
 
 static void on_release(uv_async_t *a)
@@ -222,8 +258,10 @@ static struct fixture *start(void (*tune)(struct http_server_config *))
 	assert_true(f->port > 0);
 	uv_async_init(&f->loop, &f->stop, on_stop);
 	uv_async_init(&f->loop, &f->release, on_release);
+	uv_async_init(&f->loop, &f->drain, on_drain);
 	f->stop.data = f;
 	f->release.data = f;
+	f->drain.data = f;
 	pthread_create(&f->thread, NULL, loop_main, f);
 	return f;
 }
@@ -787,6 +825,118 @@ static void connection_limit(void **state)
 	stop(f);
 }
 
+/* No timer may fire during this test either. */
+static void tune_table(struct http_server_config *c)
+{
+	c->max_connections = 4;
+	c->header_timeout_ms = 600000;
+	c->idle_timeout_ms = 600000;
+}
+
+/* A full table answers: four idle connections (nothing sent) fill it, the fifth is answered 503
+ * with a JSON body, Retry-After and Connection: close, then closed — before it sends anything,
+ * never a silent close or a hang. The four are still served afterwards. */
+static void full_table_answers_503(void **state)
+{
+	struct fixture *f = start(tune_table);
+	struct raw_response r;
+	char v[32];
+	int fds[4];
+
+	(void)state;
+	for (int i = 0; i < 4; i++)
+		assert_true((fds[i] = raw_connect(f->port, WAIT_MS)) >= 0);
+	/* Accepted in order (one listen queue): the fifth is the one too many. */
+	int d = raw_connect(f->port, WAIT_MS);
+	assert_true(d >= 0);
+	assert_int_equal(raw_read_response(d, &r), 0);
+	assert_json_error(&r, 503, "too_many_connections");
+	assert_non_null(raw_header(&r, "Retry-After", v, sizeof(v)));
+	assert_string_equal(v, "1");
+	assert_non_null(raw_header(&r, "Connection", v, sizeof(v)));
+	assert_string_equal(v, "close");
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(d));
+	close(d);
+	for (int i = 0; i < 4; i++) {
+		raw_send_str(fds[i], "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+		assert_int_equal(raw_read_response(fds[i], &r), 0);
+		assert_int_equal(r.status, 200);
+		raw_response_free(&r);
+		close(fds[i]);
+	}
+	stop(f);
+}
+
+/* Timers far beyond the test: only the drain may close anything. */
+static void tune_drain(struct http_server_config *c)
+{
+	c->header_timeout_ms = 30000;
+	c->body_timeout_ms = 30000;
+	c->idle_timeout_ms = 60000;
+}
+
+/* The drain (R8): a half-sent request and an idle keep-alive connection are closed at once (not
+ * after the 30 s header timeout), the listener is gone, a request in a handler (answering on a
+ * 3 s timer) is answered with Connection: close, and the drain completes as soon as that last
+ * connection is closed. */
+static void drain_closes_idle_and_half_sent_at_once(void **state)
+{
+	struct fixture *f = start(tune_drain);
+	struct raw_response r;
+	char v[32];
+	int idle = raw_connect(f->port, WAIT_MS);
+	int half = raw_connect(f->port, WAIT_MS);
+	int busy = raw_connect(f->port, WAIT_MS);
+
+	(void)state;
+	raw_send_str(idle, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
+	assert_int_equal(raw_read_response(idle, &r), 0);
+	raw_response_free(&r);
+	/* One write: a complete request, then headers that never finish. The answer to the first
+	 * proves the server read the write, so the second is half-received. */
+	raw_send_str(half, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n"
+			   "GET /hello HTTP/1.1\r\nHost: t\r\nX-Half: ");
+	assert_int_equal(raw_read_response(half, &r), 0);
+	raw_response_free(&r);
+	raw_send_str(busy, "GET /slow/3000 HTTP/1.1\r\nHost: t\r\n\r\n");
+	while (atomic_load(&f->slow_handed) < 1)
+		usleep(1000);
+
+	uint64_t t0 = mono_ms();
+	uv_async_send(&f->drain);
+	assert_true(raw_wait_closed(half));
+	assert_true(raw_wait_closed(idle));
+	uint64_t t1 = mono_ms();
+	assert_true(t1 - t0 < 1000);			     /* the header timeout would be 30 s */
+	assert_int_equal(raw_connect(f->port, WAIT_MS), -1); /* no longer accepting */
+	assert_false(atomic_load(&f->drained));		     /* the handler still holds one */
+	/* The request in flight is answered, last on its connection. */
+	assert_int_equal(raw_read_response(busy, &r), 0);
+	uint64_t t2 = mono_ms();
+	assert_int_equal(r.status, 200);
+	assert_string_equal(r.body, "slow3000");
+	assert_string_equal(raw_header(&r, "Connection", v, sizeof(v)), "close");
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(busy));
+	close(busy);
+	while (!atomic_load(&f->drained) && mono_ms() - t2 < WAIT_MS)
+		usleep(1000);
+	assert_true(atomic_load(&f->drained));
+	/* As soon as the answered connection closed (our close, or the 200 ms linger): not after
+	 * any 30 s timer. It may even come before this thread saw the answer. */
+	assert_true((int64_t)(f->drained_ms - t2) < 1000);
+	assert_int_equal(f->drain_rc[0], 0);
+	assert_int_equal(f->drain_rc[1], -EALREADY);
+	assert_int_equal(f->drain_stats.drain_dropped, 1);
+	assert_int_equal(f->drain_stats.drain_idle, 1);
+	assert_int_equal(f->drain_stats.open, 0);
+	assert_int_equal(f->drain_stats.timeouts, 0);
+	close(half);
+	close(idle);
+	stop(f); /* http_server_close() after the drain: done at once */
+}
+
 static void tune_idle(struct http_server_config *c)
 {
 	c->idle_timeout_ms = 200;
@@ -921,6 +1071,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test(raw_client_reset_then_handler_answers),
 		cmocka_unit_test(connection_limit),
+		cmocka_unit_test(full_table_answers_503),
+		cmocka_unit_test(drain_closes_idle_and_half_sent_at_once),
 		cmocka_unit_test(idle_close),
 		cmocka_unit_test(raw_pipelining_client_never_reads),
 		cmocka_unit_test(graceful_close_finishes_in_flight),

@@ -3,7 +3,7 @@
  * pass releases ended rows, keeps young records (a write held on a lock the test holds), fences
  * old orphans; the controller switches the fleet on a lost state (FLUSHALL) and on Redis stopped,
  * adopts the rebuilt generation, and only the one the rebuild's commit recorded (a stale
- * reconciler's is a lost state). Single process; overlaps made certain with locks. */
+ * reconciler's is a lost state, for the controller and for the periodic pass). Single process; overlaps made certain with locks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -64,8 +64,17 @@ static bool env_up(void *arg)
 	return redis_conn_is_up(e->ge.conn) && pg_pool_up_count(e->pool) == pg_pool_size(e->pool);
 }
 
-/* deadline_ms: the reconciler's write deadline (its orphan age is deadline + 200 ms). */
-static void env_open(struct env *e, uint64_t deadline_ms)
+static bool settled(void *arg)
+{
+	struct gate_mode_state s;
+
+	gate_mode_get(((struct env *)arg)->ctl, &s);
+	return s.usable && !s.switching;
+}
+
+/* Builds e (nothing started): deadline_ms is the reconciler's write deadline (its orphan age is
+ * deadline + 200 ms), period_ms its period. */
+static void env_build(struct env *e, uint64_t deadline_ms, uint64_t period_ms)
 {
 	struct redis_conn_options ro = {
 		.url = svc.redis_url,
@@ -108,7 +117,7 @@ static void env_open(struct env *e, uint64_t deadline_ms)
 		.conn = e->ge.conn,
 		.reg = e->ge.reg,
 		.owner = "rec-test",
-		.period_ms = 1000,
+		.period_ms = period_ms,
 		.write_deadline_ms = deadline_ms,
 		.margin_ms = 200,
 		.rebuild_timeout_ms = 30000,
@@ -123,10 +132,19 @@ static void env_open(struct env *e, uint64_t deadline_ms)
 		.data = e,
 	};
 	assert_int_equal(gate_mode_new(&mo, &e->ctl), 0);
+}
+
+/* env_build() with a 1 s period, started; returns once the controller has settled on the mode
+ * the previous test left (so its first generation read cannot meet the test's own FLUSHALL and
+ * switch once more than the test counts). The reconciler is not started: runs are the test's. */
+static void env_open(struct env *e, uint64_t deadline_ms)
+{
+	env_build(e, deadline_ms, 1000);
 	assert_int_equal(pg_pool_start(e->pool), 0);
 	assert_int_equal(redis_conn_start(e->ge.conn), 0);
 	fixture_run_until(&e->ge.loop, env_up, e, 60000);
 	assert_int_equal(gate_mode_start(e->ctl), 0);
+	fixture_run_until(&e->ge.loop, settled, e, 60000);
 }
 
 static void closed_cb(void *data)
@@ -576,14 +594,6 @@ static void new_org_is_built(void **state)
 	env_close(&e);
 }
 
-static bool settled(void *arg)
-{
-	struct gate_mode_state s;
-
-	gate_mode_get(((struct env *)arg)->ctl, &s);
-	return s.usable && !s.switching;
-}
-
 /* A stale reconciler (issue 8 review): reconciler A paused after starting its way back, its
  * transaction timed out and its lease expired; B rebuilt and committed redis mode at epoch E
  * and the worker admitted. A resumes: its queued system init and org rebuilds write an older
@@ -646,6 +656,184 @@ static void stale_reconciler_not_adopted(void **state)
 	env_close(&e);
 }
 
+/* The periodic pass builds and corrects only under the generation committed for the epoch. A
+ * stale reconciler's late {sys}:gen (right epoch prefix, not the committed one) is in Redis and
+ * an org created after the rebuild has no state: the pass must not build it under that
+ * generation (it used to: created 1); it stops and the fleet switches. */
+static void foreign_generation_not_built(void **state)
+{
+	static const char *const agents[] = { "a0" };
+	struct env e;
+	char stale[64], key[128];
+	struct reconciler_stats st;
+	long long epoch;
+
+	(void)state;
+	reset();
+	env_open(&e, 2000);
+	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
+	epoch = gp_epoch(admin);
+	gate_mode_pg_up(e.ctl);
+	wait_mode(&e, GATE_MODE_POSTGRES, epoch);
+	assert_int_equal(rec_run(&e), 0);
+	wait_mode(&e, GATE_MODE_REDIS, ++epoch);
+
+	gp_seed_org(admin, "aa", 3, 0, 1, agents, NULL, 1); /* first in the pass's order */
+	snprintf(stale, sizeof(stale), "e%lld.00000000stale000", epoch);
+	genv_cmd(&e.ge, NULL, 0, "SET", GATE_SYS_GEN_KEY, stale, NULL);
+	assert_int_equal(rec_run(&e), GATE_ELOST);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.created, 0);
+	assert_int_equal(st.foreign_gen, 1);
+	assert_int_equal(st.lost, 1);
+	assert_true(gate_org_key("aa", "gen", key, sizeof(key)) > 0);
+	assert_int_equal(genv_cmd(&e.ge, NULL, 0, "EXISTS", key, NULL), 0); /* nothing built */
+	assert_int_equal(gp_epoch(admin), epoch + 1);			    /* switched */
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM system_settings"
+				       " WHERE gate_mode = 'postgres'"),
+			 1);
+	gp_sql(admin, "DELETE FROM organisations WHERE id = 'aa'");
+	env_close(&e);
+}
+
+/* A fresh install (issue 9): mode redis, no generation recorded, no live call, an empty Redis.
+ * Sets that state with a short-lived env and returns the epoch. */
+static long long fresh_install(void)
+{
+	struct env e;
+
+	reset();
+	env_open(&e, 2000);
+	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+	env_close(&e);
+	gp_sql(admin, "UPDATE system_settings SET gate_mode = 'redis', gate_epoch = gate_epoch + 1,"
+		      " gate_generation = NULL");
+	return gp_epoch(admin);
+}
+
+static bool redis_usable(void *arg)
+{
+	struct gate_mode_state s;
+
+	gate_mode_get(((struct env *)arg)->ctl, &s);
+	return s.mode == GATE_MODE_REDIS && s.usable && !s.switching;
+}
+
+/* The initial build: a redis epoch with no generation recorded is built by the way back's
+ * transaction directly (no switch to postgres mode first): epoch + 1, the generation recorded,
+ * then adopted by the worker's controller without a switch. */
+static void initial_build(void **state)
+{
+	struct env e;
+	struct reconciler_stats st;
+	struct gate_mode_stats ms;
+
+	(void)state;
+	long long epoch = fresh_install();
+	env_build(&e, 2000, 1000);
+	assert_int_equal(pg_pool_start(e.pool), 0);
+	assert_int_equal(redis_conn_start(e.ge.conn), 0);
+	fixture_run_until(&e.ge.loop, env_up, &e, 60000);
+	assert_int_equal(rec_run(&e), 0);
+	assert_int_equal(gp_epoch(admin), epoch + 1);
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM system_settings WHERE gate_mode ="
+				" 'redis' AND gate_generation LIKE 'e%lld.%%'",
+				epoch + 1),
+			 1);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.rebuilds, 1);
+	assert_int_equal(gate_mode_start(e.ctl), 0);
+	wait_mode(&e, GATE_MODE_REDIS, epoch + 1);
+	gate_mode_get_stats(e.ctl, &ms);
+	assert_int_equal(ms.switches, 0);
+	assert_int_equal(ms.adopted, 1);
+	char id[37];
+	struct admit_out a = genv_admit(&e.ge, "ra", gp_uuid(id, 500), "ra_c0");
+	assert_int_equal(a.status, 0);
+	assert_int_equal(a.r.outcome, GATE_ADMITTED);
+	/* A recorded generation is not built again: the run is a periodic pass. */
+	assert_int_equal(rec_run(&e), 0);
+	assert_int_equal(gp_epoch(admin), epoch + 1);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.rebuilds, 1);
+	assert_int_equal(st.passes, 1);
+	env_close(&e);
+}
+
+/* Fresh database state and fresh Redis, everything started at once with the reconciler's period
+ * at its 10 s maximum: a worker's gate is usable in redis mode well before one period (it took
+ * 9-12 s when the way back waited for the period). Measured on CLOCK_MONOTONIC. */
+static void fresh_start_is_fast(void **state)
+{
+	struct env e;
+	struct reconciler_stats st;
+	struct gate_mode_stats ms;
+
+	(void)state;
+	long long epoch = fresh_install();
+	env_build(&e, 2000, RECONCILER_PERIOD_MAX_MS);
+	long long t0 = fixture_now_ms();
+	assert_int_equal(pg_pool_start(e.pool), 0);
+	assert_int_equal(redis_conn_start(e.ge.conn), 0);
+	assert_int_equal(gate_mode_start(e.ctl), 0);
+	assert_int_equal(reconciler_start(e.rec), 0);
+	fixture_run_until(&e.ge.loop, redis_usable, &e, 60000);
+	long long took = fixture_now_ms() - t0;
+	reconciler_get_stats(e.rec, &st);
+	gate_mode_get_stats(e.ctl, &ms);
+	print_message("fresh start: usable in redis mode after %lld ms (epoch %lld -> %lld, %llu "
+		      "switch(es), %llu rebuild(s))\n",
+		      took, epoch, gp_epoch(admin), (unsigned long long)ms.switches,
+		      (unsigned long long)st.rebuilds);
+	assert_true(took < 4000);
+	assert_int_equal(st.rebuilds, 1);
+	/* the initial build, or a worker's switch first and then the way back */
+	assert_true(gp_epoch(admin) == epoch + 1 + (long long)ms.switches);
+	assert_true(ms.switches <= 1);
+	env_close(&e);
+}
+
+/* Redis stopped: the fleet goes to postgres mode; Redis started again: the way back starts on
+ * the connection's connect (not at the reconciler's next period, 10 s here) and the gate is
+ * usable in redis mode again soon after. */
+static void way_back_on_redis_return(void **state)
+{
+	struct env e;
+	struct reconciler_stats st;
+
+	(void)state;
+	reset();
+	env_build(&e, 2000, RECONCILER_PERIOD_MAX_MS);
+	assert_int_equal(pg_pool_start(e.pool), 0);
+	assert_int_equal(redis_conn_start(e.ge.conn), 0);
+	assert_int_equal(gate_mode_start(e.ctl), 0);
+	assert_int_equal(reconciler_start(e.rec), 0);
+	fixture_run_until(&e.ge.loop, redis_usable, &e, 60000);
+	long long epoch = gp_epoch(admin);
+
+	assert_int_equal(embedded_redis_stop(&svc), 0);
+	wait_mode(&e, GATE_MODE_POSTGRES, epoch + 1);
+	/* Let the reconciler's retries back off for a while: Redis stays down. */
+	long long until = fixture_now_ms() + 1500;
+	while (fixture_now_ms() < until)
+		uv_run(&e.ge.loop, UV_RUN_NOWAIT);
+	reconciler_get_stats(e.rec, &st);
+	uint64_t rebuilds = st.rebuilds;
+	assert_int_equal(embedded_redis_start(&svc), 0);
+	long long t0 = fixture_now_ms();
+	fixture_run_until(&e.ge.loop, redis_usable, &e, 60000);
+	long long took = fixture_now_ms() - t0;
+	print_message("Redis back: usable in redis mode after %lld ms\n", took);
+	assert_true(took < 4000);
+	assert_int_equal(gp_epoch(admin), epoch + 2);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.rebuilds, rebuilds + 1);
+	env_close(&e);
+}
+
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0", "a1" };
@@ -672,9 +860,16 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(way_back),	    cmocka_unit_test(periodic_pass),
-		cmocka_unit_test(lost_slot_added),  cmocka_unit_test(controller_switches),
-		cmocka_unit_test(new_org_is_built), cmocka_unit_test(stale_reconciler_not_adopted),
+		cmocka_unit_test(way_back),
+		cmocka_unit_test(periodic_pass),
+		cmocka_unit_test(lost_slot_added),
+		cmocka_unit_test(controller_switches),
+		cmocka_unit_test(new_org_is_built),
+		cmocka_unit_test(stale_reconciler_not_adopted),
+		cmocka_unit_test(foreign_generation_not_built),
+		cmocka_unit_test(initial_build),
+		cmocka_unit_test(fresh_start_is_fast),
+		cmocka_unit_test(way_back_on_redis_return),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -237,6 +237,104 @@ static void next_dialable_is_an_index_range_scan(void **state)
 	PQclear(res);
 }
 
+/* Migration 0011: the limits versions follow every input of the resolved limits, once per
+ * statement, never twice for a writer who bumps by hand, never backwards; nothing else bumps
+ * them; 0004's kicks are unchanged (one NOTIFY per org per statement); an organisation still
+ * deletes with its agents and campaigns; contacts carry no limits trigger. */
+static long long org_v(const char *org)
+{
+	char sql[128];
+	snprintf(sql, sizeof(sql), "SELECT limits_version FROM organisations WHERE id = '%s'", org);
+	return atoll(value(sql));
+}
+
+static int notifies(void)
+{
+	PGnotify *n;
+	int count = 0;
+
+	PQconsumeInput(db);
+	while ((n = PQnotifies(db)) != NULL) {
+		count += strcmp(n->relname, "dsp_refresh") == 0;
+		PQfreemem(n);
+	}
+	return count;
+}
+
+/* Runs sql; checks the versions of org_v and org_w moved by dv and dw, and the NOTIFYs. */
+static void bumps(const char *sql, int dv, int dw, int nn)
+{
+	long long v = org_v("org_v"), w = org_v("org_w");
+	notifies();
+	PQclear(fixture_sql(db, sql));
+	int n = notifies();
+	if (n != nn)
+		fail_msg("%s: %d NOTIFYs (want %d)", sql, n, nn);
+	if (org_v("org_v") != v + dv || org_v("org_w") != w + dw)
+		fail_msg("%s: org_v %+lld (want %+d), org_w %+lld (want %+d)", sql,
+			 org_v("org_v") - v, dv, org_v("org_w") - w, dw);
+}
+
+static void limits_versions_follow_limits(void **state)
+{
+	(void)state;
+	PQclear(fixture_sql(db, "LISTEN dsp_refresh"));
+	PQclear(fixture_sql(db, "INSERT INTO organisations (id, name) VALUES ('org_v', 'V'),"
+				" ('org_w', 'W')"));
+	bumps("INSERT INTO agents (id, org_id) VALUES ('ag_v1', 'org_v'), ('ag_v2', 'org_v'),"
+	      " ('ag_w1', 'org_w')",
+	      1, 1, 2);
+	bumps("INSERT INTO campaigns (id, org_id, agent_id) VALUES ('cm_v1', 'org_v', 'ag_v1'),"
+	      " ('cm_v2', 'org_v', 'ag_v1'), ('cm_v3', 'org_v', 'ag_v2'), ('cm_w1', 'org_w', "
+	      "'ag_w1')",
+	      1, 1, 2);
+	bumps("UPDATE campaigns SET name = 'renamed', updated_at = now()", 0, 0, 0);
+	bumps("UPDATE campaigns SET max_concurrent_calls = 5 WHERE org_id = 'org_v'", 1, 0, 1);
+	bumps("UPDATE campaigns SET status = 'paused' WHERE id = 'cm_w1'", 0, 1, 1);
+	bumps("UPDATE campaigns SET agent_id = 'ag_v2' WHERE id = 'cm_v1'", 1, 0, 1);
+	bumps("UPDATE organisations SET name = 'renamed', updated_at = now()", 0, 0, 0);
+	bumps("UPDATE organisations SET org_limit = 30 WHERE id = 'org_v'", 1, 0, 1);
+	bumps("UPDATE organisations SET org_limit = 31, limits_version = limits_version + 1"
+	      " WHERE id = 'org_v'",
+	      1, 0, 1);
+	bumps("UPDATE organisations SET per_agent_limit = 5 WHERE id = 'org_w'", 0, 1, 1);
+	bumps("UPDATE organisations SET concurrency_management_enabled = false"
+	      " WHERE id IN ('org_v', 'org_w')",
+	      1, 1, 2);
+	bumps("UPDATE organisations SET org_limit = 32, limits_version = limits_version - 3"
+	      " WHERE id = 'org_v'",
+	      1, 0, 1); /* never backwards */
+	/* a transaction bumping by hand in its own statement: one more, harmless */
+	bumps("BEGIN; UPDATE campaigns SET max_concurrent_calls = 6 WHERE id = 'cm_v2';"
+	      " UPDATE organisations SET limits_version = limits_version + 1 WHERE id = 'org_v';"
+	      " COMMIT",
+	      2, 0, 1);
+	bumps("DELETE FROM campaigns WHERE id IN ('cm_v3', 'cm_w1')", 1, 1, 2);
+	bumps("DELETE FROM agents WHERE id = 'ag_w1'", 0, 1, 1);
+
+	long long s = atoll(value("SELECT limits_version FROM system_settings"));
+	PQclear(fixture_sql(db, "UPDATE system_settings SET updated_at = now()"));
+	assert_int_equal(atoll(value("SELECT limits_version FROM system_settings")), s);
+	PQclear(fixture_sql(db, "UPDATE system_settings SET global_limit = 900"));
+	assert_int_equal(atoll(value("SELECT limits_version FROM system_settings")), s + 1);
+	PQclear(fixture_sql(db, "UPDATE system_settings SET global_limit = 1000,"
+				" limits_version = limits_version + 1"));
+	assert_int_equal(atoll(value("SELECT limits_version FROM system_settings")), s + 2);
+	assert_int_equal(notifies(), 2);
+
+	/* contacts: no limits trigger (bulk inserts pay nothing new) */
+	assert_string_equal(value("SELECT count(*) FROM pg_trigger t JOIN pg_proc p ON p.oid ="
+				  " t.tgfoid WHERE t.tgrelid = 'contacts'::regclass AND p.proname"
+				  " LIKE 'dsp_limits_version%'"),
+			    "0");
+	/* an organisation deletes with its agents and campaigns */
+	PQclear(fixture_sql(db, "DELETE FROM organisations WHERE id IN ('org_v', 'org_w')"));
+	assert_string_equal(value("SELECT count(*) FROM campaigns WHERE org_id IN ('org_v',"
+				  " 'org_w')"),
+			    "0");
+	PQclear(fixture_sql(db, "UNLISTEN dsp_refresh"));
+}
+
 static int setup(void **state)
 {
 	fixture_start(&svc, true, false, false, true);
@@ -259,6 +357,7 @@ int main(void)
 		cmocka_unit_test(contact_constraints),
 		cmocka_unit_test(live_call_backstop_and_deletes),
 		cmocka_unit_test(next_dialable_is_an_index_range_scan),
+		cmocka_unit_test(limits_versions_follow_limits),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -345,6 +345,34 @@ static void lane_gate_order(void **state)
 	assert_int_equal(lane_admit(&l, 6000, false, &w), LANE_GO);
 }
 
+/* lane_check() takes no token and counts nothing; lane_sent() counts the send (the half-open
+ * circuit's probe): the two halves the fleet-wide lane uses (dispatcher/worker/lane_fleet.h). */
+static void lane_check_and_sent(void **state)
+{
+	struct lane_config cfg;
+	struct lane l;
+	struct retry_decision bad = { .verdict = RETRY_RESEND, .circuit_refusal = true };
+	uint64_t w;
+
+	(void)state;
+	lane_config_defaults(&cfg);
+	cfg.rate_per_s = 10;
+	cfg.burst = 1;
+	lane_init(&l, &cfg, 0);
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(lane_check(&l, 0, false, &w), LANE_GO);
+	assert_int_equal(token_bucket_available(&l.bucket, 0), 1); /* nothing taken */
+	for (int i = 0; i < 20; i++) {
+		lane_sent(&l, 0, false);
+		lane_record(&l, 0, &bad);
+	}
+	assert_int_equal(lane_check(&l, 0, false, &w), LANE_WAIT);
+	assert_int_equal(w, 15000);
+	assert_int_equal(lane_check(&l, 15000, false, &w), LANE_GO);
+	lane_sent(&l, 15000, false); /* the probe is out: no second one */
+	assert_int_equal(lane_check(&l, 15000, false, &w), LANE_WAIT);
+}
+
 static void lane_gate_circuit_and_budget(void **state)
 {
 	struct lane l;
@@ -377,6 +405,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(window_rolls_by_seconds),
+		cmocka_unit_test(lane_check_and_sent),
 		cmocka_unit_test(park_doubles_to_30_minutes),
 		cmocka_unit_test(park_ignores_throttles_while_parked),
 		cmocka_unit_test(park_retry_after),

@@ -1,0 +1,183 @@
+/* `dispatcher run`'s HTTP server under its file-descriptor limit and through the SIGTERM drain
+ * (issue 9 items 1 and 9), against a private PostgreSQL and Redis. The test lowers its own
+ * RLIMIT_NOFILE to 512 (hard), which the worker inherits: the worker raises its soft limit to
+ * it, caps DISPATCHER_HTTP_MAX_CONNECTIONS (1024) under it and logs the cap N. N idle
+ * connections fill the table and the next one is answered 503 with Retry-After. Then one of the
+ * N sends the headers of a POST whose body never comes, and SIGTERM: the idle and the
+ * half-received connections are closed at once and the worker exits 0 — where the body timeout
+ * (30 s) used to outlast DISPATCHER_DRAIN_SECONDS (20 here: exit 1). No contact is seeded: the
+ * dialer has nothing to do. */
+#include "fixture.h"
+#include "rawsock.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#define WAIT_MS	  60000
+#define FD_LIMIT  512
+#define MAX_CONNS 1024
+
+static struct embedded svc;
+static pid_t worker_pid;
+static char log_path[] = "/tmp/dsp-worker-http-XXXXXX";
+
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* Starts `dispatcher run` with its stderr (the JSON log) going to log_path. */
+static pid_t spawn_worker(void)
+{
+	char *args[] = { "run", NULL };
+	int saved = dup(STDERR_FILENO);
+	int lf = mkstemp(log_path);
+
+	assert_true(saved >= 0 && lf >= 0);
+	dup2(lf, STDERR_FILENO);
+	pid_t pid = fixture_spawn_dispatcher(args, NULL);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	close(lf);
+	return pid;
+}
+
+/* Waits until the worker's log holds want; returns a copy of the log (caller frees). */
+static char *log_wait(const char *want)
+{
+	long long deadline = fixture_now_ms() + WAIT_MS;
+
+	for (;;) {
+		int fd = open(log_path, O_RDONLY);
+		char *text = fixture_read_all(fd);
+		close(fd);
+		if (strstr(text, want))
+			return text;
+		free(text);
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(50);
+	}
+}
+
+/* The number right after `after` in the log (it must be there). */
+static long log_number(const char *text, const char *after)
+{
+	const char *p = strstr(text, after);
+
+	assert_non_null(p);
+	return strtol(p + strlen(after), NULL, 10);
+}
+
+static void cap_503_and_drain(void **state)
+{
+	struct rlimit rl = { FD_LIMIT, FD_LIMIT };
+	struct raw_response r;
+	char env[64], v[32];
+	int port = free_port();
+
+	(void)state;
+	assert_int_equal(setrlimit(RLIMIT_NOFILE, &rl), 0); /* inherited by the worker */
+	setenv("PROVIDER_URL", "http://127.0.0.1:9", 1);    /* nothing to dial */
+	setenv("PROVIDER_WEBHOOK_SECRET", "secret", 1);
+	snprintf(env, sizeof(env), "127.0.0.1:%d", port);
+	setenv("DISPATCHER_LISTEN", env, 1);
+	setenv("DISPATCHER_LOG_LEVEL", "info", 1);
+	setenv("DISPATCHER_WORKER_ID", "wh", 1);
+	setenv("DISPATCHER_DRAIN_SECONDS", "20", 1);
+	snprintf(env, sizeof(env), "%d", MAX_CONNS);
+	setenv("DISPATCHER_HTTP_MAX_CONNECTIONS", env, 1);
+	worker_pid = spawn_worker();
+
+	/* The cap under the limit, logged; the worker listens (no probe: it would hold a slot). */
+	char *text = log_wait("listening on");
+	long cap = log_number(text, "capped to ");
+	free(text);
+	assert_true(cap >= 1 && cap < FD_LIMIT - 64);
+	int *fds = calloc((size_t)cap, sizeof(int));
+	for (long i = 0; i < cap; i++)
+		assert_true((fds[i] = raw_connect(port, WAIT_MS)) >= 0);
+	/* One too many: a 503 answer, not a silent close (the fds are there for it). */
+	int d = raw_connect(port, WAIT_MS);
+	assert_true(d >= 0);
+	assert_int_equal(raw_read_response(d, &r), 0);
+	assert_int_equal(r.status, 503);
+	assert_non_null(strstr(r.body, "{\"error\":\"too_many_connections\",\"message\":\""));
+	assert_non_null(raw_header(&r, "Retry-After", v, sizeof(v)));
+	assert_string_equal(raw_header(&r, "Connection", v, sizeof(v)), "close");
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(d));
+	close(d);
+
+	/* One of them sends headers whose body never comes (100-continue: they were parsed). */
+	raw_send_str(fds[0], "POST /provider/events HTTP/1.1\r\nHost: t\r\n"
+			     "Expect: 100-continue\r\nContent-Length: 100\r\n\r\n");
+	assert_int_equal(raw_read_head(fds[0], &r), 0);
+	assert_int_equal(r.status, 100);
+	raw_response_free(&r);
+
+	/* SIGTERM: every connection closed at once, exit 0 well within the drain time. */
+	long long t0 = fixture_now_ms();
+	kill(worker_pid, SIGTERM);
+	for (long i = 0; i < cap; i++) {
+		assert_true(raw_wait_closed(fds[i]));
+		close(fds[i]);
+	}
+	assert_int_equal(fixture_wait(worker_pid), 0);
+	worker_pid = 0;
+	print_message("cap %ld; SIGTERM -> exit in %lld ms\n", cap, fixture_now_ms() - t0);
+	text = log_wait("drain: HTTP done");
+	assert_int_equal(log_number(text, "drain: HTTP done ("), cap - 1);
+	assert_int_equal(log_number(text, " idle, "), 1); /* half-received */
+	free(text);
+	free(fds);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	fixture_start(&svc, true, true, false, true);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (worker_pid > 0) { /* a failed assertion left it running */
+		kill(worker_pid, SIGKILL);
+		waitpid(worker_pid, NULL, 0);
+	}
+	unlink(log_path);
+	embedded_stop(&svc);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(cap_503_and_drain),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
