@@ -3,9 +3,10 @@
  * started from the built binary. An organisation with 4 lines and two campaigns of 50 contacts:
  * the worker claims, admits through the gate and dials — exactly 4 calls placed (the org's
  * lines), no duplicate, at most 4 live, both campaigns dialled (DRR turns), one call row and one
- * dial_attempts row per dial — and on SIGTERM it hands every waiting contact back (nothing left
- * claimed, nothing charged) and exits 0. Calls are not ended here: that is the events module's
- * test (call_end). */
+ * dial_attempts row per dial. Ending the four calls at the stub ends them here (their events go
+ * through call_end) and the gate's hand-off wakes the waiting admissions: four more calls at
+ * once, not after the slot wait. On SIGTERM the worker hands every waiting contact back
+ * (nothing left claimed, no try charged) and exits 0. */
 #include "error.h"
 #include "fixture.h"
 
