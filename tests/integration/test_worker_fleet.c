@@ -234,8 +234,8 @@ static void fleet_backlog(void **state)
 	seed_campaign("o1", "a1", "c3", "NULL", 2000, 200000, 0, 3); /* joins late */
 	/* A throttling burst: 429 + Retry-After → the call ends refused, its contact comes back
 	 * after the header's delay with a try counted and no attempt charged (D2). */
-	control("/control/org", "{\"org_id\":\"*\",\"limit\":40,\"window_ms\":500}");
-	long long burst = fixture_now_ms() + 10000;
+	control("/control/org", "{\"org_id\":\"*\",\"limit\":5,\"window_ms\":500}");
+	long long burst = fixture_now_ms() + 20000;
 	while (sstat("orgs.o1.throttled_429") < 10 && fixture_now_ms() < burst)
 		fixture_sleep_ms(100);
 	control("/control/org", "{\"org_id\":\"*\",\"limit\":0}");
