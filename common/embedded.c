@@ -368,6 +368,10 @@ static int pg_spawn(struct embedded *e)
 			 "-c", "fsync=off", "-c", "synchronous_commit=off",
 			 "-c", "full_page_writes=off", "-c", "shared_buffers=32MB",
 			 "-c", "max_connections=200", "-c", "unix_socket_permissions=0777",
+			 /* A fresh database fills its tables within seconds: analyze them as
+			  * they grow, or the plans prepared on empty tables (seq scans) stay
+			  * cached until the first autovacuum round, a minute later. */
+			 "-c", "autovacuum_naptime=1",
 			 NULL };
 	/* clang-format on */
 
