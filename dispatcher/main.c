@@ -1,6 +1,7 @@
 /* dispatcher: the command-line entry point. Parses the command, loads the settings table, and
  * hands over to the command's module. */
 #include "build_config.h"
+#include "demo.h"
 #include "error.h"
 #include "log.h"
 #include "migrate.h"
@@ -23,6 +24,10 @@ static void usage(FILE *out)
 		"  migrate --status   list migrations and whether each is applied; exit 3 if any "
 		"is\n"
 		"                     pending\n"
+		"  demo [--minutes M] [--workers N] [--lines L] [--seed S]\n"
+		"                     run everything on this machine for about a minute and show\n"
+		"                     the fair share live (private PostgreSQL, Redis, provider\n"
+		"                     stub); see demo --help\n"
 		"  config [--markdown]\n"
 		"                     print the configuration table with its bounds and defaults\n"
 		"  --help, -h         this text\n"
@@ -69,6 +74,8 @@ int main(int argc, char **argv)
 		printf("dispatcher %s\n", DISPATCHER_VERSION);
 		return 0;
 	}
+	if (strcmp(argv[1], "demo") == 0) /* its own environment: it sets its workers' */
+		return demo_main(argc - 2, argv + 2);
 	if (settings_load(&s) < 0)
 		return 2;
 	log_set_level((enum log_level)s.log_level);
