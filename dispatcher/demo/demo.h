@@ -13,15 +13,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#define DEMO_WORKERS_MAX   16
-#define DEMO_LINES_MAX	   1000
-#define DEMO_MINUTES_MAX   60.0
-#define DEMO_CAMPAIGNS	   4
-#define DEMO_CEILING	   3	 /* max_concurrent_calls of the capped campaign */
-#define DEMO_CONTACTS	   5000	 /* per campaign, at least */
-#define DEMO_LATE_JOIN_MS  20000 /* the late campaign joins then (or at a third of the run) */
-#define DEMO_CALL_MIN_MS   1000	 /* the stub's call durations, uniform */
-#define DEMO_CALL_MAX_MS   3000
+#define DEMO_WORKERS_MAX  16
+#define DEMO_LINES_MAX	  1000
+#define DEMO_MINUTES_MAX  60.0
+#define DEMO_CAMPAIGNS	  4
+#define DEMO_CEILING	  3	/* max_concurrent_calls of the capped campaign */
+#define DEMO_CONTACTS	  5000	/* per campaign, at least */
+#define DEMO_LATE_JOIN_MS 20000 /* the late campaign joins then (or at a third of the run) */
+#define DEMO_CALL_MIN_MS  1000	/* the stub's call durations, uniform */
+#define DEMO_CALL_MAX_MS  3000
 
 struct demo_options {
 	double minutes;	  /* how long the table runs [1] */

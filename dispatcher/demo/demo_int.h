@@ -15,9 +15,9 @@
 /* The campaigns, in the table's order. */
 struct demo_campaign {
 	const char *id;
-	const char *what;  /* the table's note */
-	uint32_t ceiling;  /* max_concurrent_calls, 0: none */
-	bool late;	   /* created when the late campaign joins */
+	const char *what; /* the table's note */
+	uint32_t ceiling; /* max_concurrent_calls, 0: none */
+	bool late;	  /* created when the late campaign joins */
 };
 extern const struct demo_campaign demo_campaigns[DEMO_CAMPAIGNS];
 
@@ -41,8 +41,7 @@ bool demo_interrupted(void);
 
 /* Starts the stub at stub_path (its log in p->dir) and reads its port. Returns 0, -ETIMEDOUT,
  * -EINTR (interrupted) or a negative errno. */
-int demo_stub_start(struct demo_procs *p, const char *stub_path, uint64_t seed,
-		    const char *secret);
+int demo_stub_start(struct demo_procs *p, const char *stub_path, uint64_t seed, const char *secret);
 
 /* A free loopback TCP port, or a negative errno. */
 int demo_free_port(void);

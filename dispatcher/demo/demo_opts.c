@@ -102,8 +102,8 @@ static int apply(struct demo_options *o, const char *name, const char *v, FILE *
 
 static bool known(const char *name)
 {
-	return !strcmp(name, "--minutes") || !strcmp(name, "--workers") || !strcmp(name, "--lines") ||
-	       !strcmp(name, "--seed");
+	return !strcmp(name, "--minutes") || !strcmp(name, "--workers") ||
+	       !strcmp(name, "--lines") || !strcmp(name, "--seed");
 }
 
 int demo_options_parse(int argc, char **argv, struct demo_options *o, FILE *err)
@@ -127,7 +127,9 @@ int demo_options_parse(int argc, char **argv, struct demo_options *o, FILE *err)
 			snprintf(name, sizeof(name), "%s", a);
 			if (i + 1 >= argc) {
 				if (!known(name)) {
-					fprintf(err, "dispatcher demo: unknown option '%s' (try --help)\n",
+					fprintf(err,
+						"dispatcher demo: unknown option '%s' (try "
+						"--help)\n",
 						name);
 					return -EINVAL;
 				}

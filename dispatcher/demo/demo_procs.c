@@ -102,8 +102,7 @@ static pid_t spawn(char *const *argv, char *const *envp, int out_fd, const char 
 	return pid;
 }
 
-int demo_stub_start(struct demo_procs *p, const char *stub_path, uint64_t seed,
-		    const char *secret)
+int demo_stub_start(struct demo_procs *p, const char *stub_path, uint64_t seed, const char *secret)
 {
 	char seed_s[24], dur[48], log_path[300], line[256];
 	int fds[2];
@@ -112,9 +111,10 @@ int demo_stub_start(struct demo_procs *p, const char *stub_path, uint64_t seed,
 	snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)seed);
 	snprintf(dur, sizeof(dur), "%d-%d", DEMO_CALL_MIN_MS, DEMO_CALL_MAX_MS);
 	snprintf(log_path, sizeof(log_path), "%s/stub.log", p->dir);
-	char *argv[] = { (char *)stub_path, "--seed", seed_s, "--duration-ms", dur,
+	char *argv[] = { (char *)stub_path, "--seed",	    seed_s, "--duration-ms", dur,
 			 "--secret",	    (char *)secret, NULL };
-	if (pipe(fds) < 0 || fcntl(fds[0], F_SETFD, FD_CLOEXEC) < 0 || fcntl(fds[1], F_SETFD, FD_CLOEXEC) < 0)
+	if (pipe(fds) < 0 || fcntl(fds[0], F_SETFD, FD_CLOEXEC) < 0 ||
+	    fcntl(fds[1], F_SETFD, FD_CLOEXEC) < 0)
 		return -errno;
 	pid_t pid = spawn(argv, NULL, fds[1], log_path);
 	close(fds[1]);
@@ -195,8 +195,9 @@ int demo_workers_start(struct demo_procs *p, const char *self, unsigned n,
 {
 	char db[600], redis[300], provider[80], secret[120], listen[64], public[80], id[64];
 	char log_path[300];
-	char *set[] = { db,	redis, provider, secret, listen, public, id,
-			"DISPATCHER_LOG_LEVEL=warn" };
+	char *set[] = {
+		db, redis, provider, secret, listen, public, id, "DISPATCHER_LOG_LEVEL=warn"
+	};
 
 	snprintf(db, sizeof(db), "DATABASE_URL=%s", we->database_url);
 	snprintf(redis, sizeof(redis), "REDIS_URL=%s", we->redis_url);
@@ -240,7 +241,8 @@ int demo_workers_poll(struct demo_procs *p)
 	int status;
 
 	for (unsigned i = 0; i < p->n_workers; i++) {
-		if (p->workers[i] > 0 && waitpid(p->workers[i], &status, WNOHANG) == p->workers[i]) {
+		if (p->workers[i] > 0 &&
+		    waitpid(p->workers[i], &status, WNOHANG) == p->workers[i]) {
 			forget(p->workers[i]);
 			p->workers[i] = 0;
 			return (int)i + 1;

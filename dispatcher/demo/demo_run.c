@@ -21,8 +21,8 @@
 #include <unistd.h>
 #include <uv.h>
 
-#define TICK_MS	   100 /* stub polls */
-#define REFRESH_MS 1000
+#define TICK_MS	    100 /* stub polls */
+#define REFRESH_MS  1000
 #define SAMPLES_MAX 100000
 
 /* One GET /stats of the stub, the parts the demo uses. */
@@ -56,7 +56,7 @@ struct demo {
 	bool stats_inflight, read_inflight, loop_open, tty;
 	uint64_t start, last_refresh, join_at, end_at;
 	bool joined, ending, stopped, embedded_up;
-	int failed;	  /* a worker exited: its number */
+	int failed; /* a worker exited: its number */
 	struct stub_snap now, end, at_join;
 	uint32_t pending[DEMO_CAMPAIGNS], busy[DEMO_CAMPAIGNS];
 	struct row rows[DEMO_CAMPAIGNS];
@@ -87,7 +87,8 @@ static bool snap_parse(const char *body, struct stub_snap *s)
 	s->first_dial = num(j, "first_dial_ms");
 	s->placed = num(j, "calls_placed");
 	s->duplicates = num(j, "duplicates");
-	const cJSON *org = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(j, "orgs"), DEMO_ORG);
+	const cJSON *org =
+		cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(j, "orgs"), DEMO_ORG);
 	s->org_live = num(org, "live");
 	s->org_max = num(org, "max_live");
 	s->org_live_ms = num(org, "live_ms");
@@ -132,7 +133,8 @@ static void on_stats(const struct http_client_response *r, void *data)
 
 static void stats_send(struct demo *d)
 {
-	struct http_client_request req = { .method = "GET", .url = d->stats_url,
+	struct http_client_request req = { .method = "GET",
+					   .url = d->stats_url,
 					   .timeout_ms = 5000 };
 
 	if (!d->stats_inflight && http_client_send(d->http, &req, on_stats, d, NULL) == 0)
@@ -208,8 +210,9 @@ static void render(struct demo *d, uint64_t elapsed)
 			if (r->have)
 				printf(" | %s running=%u floor=%u limit=%u dialled=%.0f pending=%u "
 				       "(%s)",
-				       demo_campaigns[i].id, r->a.running_now, r->a.guaranteed_floor,
-				       r->a.effective_limit, d->now.dialled[i], d->pending[i], r->why);
+				       demo_campaigns[i].id, r->a.running_now,
+				       r->a.guaranteed_floor, r->a.effective_limit,
+				       d->now.dialled[i], d->pending[i], r->why);
 			else
 				printf(" | %s dialled=%.0f pending=%u", demo_campaigns[i].id,
 				       d->now.dialled[i], d->pending[i]);
@@ -305,8 +308,8 @@ static int loop_open(struct demo *d)
 	    gate_scripts_register(d->reg))
 		return -ENOMEM;
 	ro.scripts = d->reg;
-	if (redis_conn_new(&d->loop, &ro, &d->redis) || gate_new(d->redis, d->reg, NULL, &d->gate) ||
-	    redis_conn_start(d->redis))
+	if (redis_conn_new(&d->loop, &ro, &d->redis) ||
+	    gate_new(d->redis, d->reg, NULL, &d->gate) || redis_conn_start(d->redis))
 		return -ENOMEM;
 	uv_timer_init(&d->loop, &d->tick);
 	d->tick.data = d;
@@ -396,7 +399,8 @@ static int summary(struct demo *d, const struct stub_snap *fin)
 		bool over = ceilings[i] && fin->max[i] > ceilings[i];
 		printf("  maximum live, %-10s %.0f", demo_campaigns[i].id, fin->max[i]);
 		if (ceilings[i])
-			printf(" (ceiling %u)%s", ceilings[i], over ? "   FAILED: above its ceiling" : "");
+			printf(" (ceiling %u)%s", ceilings[i],
+			       over ? "   FAILED: above its ceiling" : "");
 		printf("\n");
 		bad |= over;
 	}
@@ -404,14 +408,16 @@ static int summary(struct demo *d, const struct stub_snap *fin)
 	       "first call; target >= 97 %%)%s\n",
 	       util * 100, d->o.lines, span / 1000, util >= 0.97 ? "" : "   below target");
 	if (jspan > 0) {
-		printf("  Jain's fairness index:   %.4f over %u campaigns for the last %.1f s (live "
+		printf("  Jain's fairness index:   %.4f over %u campaigns for the last %.1f s "
+		       "(live "
 		       "line-time / max-min fair share:",
 		       jain, DEMO_CAMPAIGNS, jspan / 1000);
 		for (size_t i = 0; i < DEMO_CAMPAIGNS; i++)
 			printf(" %.3f", x[i]);
 		printf("; target >= 0.98)%s\n", jain >= 0.98 ? "" : "   below target");
 	} else {
-		printf("  Jain's fairness index:   not measured (the late campaign never joined)\n");
+		printf("  Jain's fairness index:   not measured (the late campaign never "
+		       "joined)\n");
 	}
 	if (!backlogged)
 		printf("  note: a campaign ran out of pending contacts before the end: the "
@@ -420,7 +426,8 @@ static int summary(struct demo *d, const struct stub_snap *fin)
 	double target = DEMO_CALL_MAX_MS + 1000;
 	if (d->at_join.have &&
 	    demo_time_to_floor(d->samples, d->n_samples, (uint64_t)d->at_join.now, &ttf) == 0)
-		printf("  late campaign at floor:  %.1f s after it joined (target <= longest call + "
+		printf("  late campaign at floor:  %.1f s after it joined (target <= longest call "
+		       "+ "
 		       "1 s = %.1f s)%s\n",
 		       ttf / 1000.0, target / 1000, ttf <= target ? "" : "   below target");
 	else
@@ -565,7 +572,8 @@ int demo_main(int argc, char **argv)
 	}
 	if (d.failed) {
 		fprintf(stderr, "\ndispatcher demo: %s\n",
-			d.failed > 0 ? "a worker exited early" : "the late campaign was not written");
+			d.failed > 0 ? "a worker exited early"
+				     : "the late campaign was not written");
 		print_logs(&d);
 		goto done;
 	}
@@ -573,7 +581,8 @@ int demo_main(int argc, char **argv)
 	fflush(stdout);
 	int killed = demo_workers_stop(&d.procs, 15000);
 	if (killed)
-		printf("%d worker(s) did not exit within 15 s of SIGTERM and were killed\n", killed);
+		printf("%d worker(s) did not exit within 15 s of SIGTERM and were killed\n",
+		       killed);
 	stats_final(&d);
 	rc = summary(&d, d.now.have ? &d.now : &d.end);
 	if (!d.end.have || d.end.placed == 0) {

@@ -104,7 +104,8 @@ int demo_setup(PGconn *pg, const struct demo_options *o)
 	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++)
 		if (!demo_campaigns[i].late && (e = write_campaign(pg, o, i)))
 			return e;
-	if ((e = run(pg, NULL, "COMMIT", 0, NULL, NULL)) || (e = run(pg, NULL, "ANALYZE", 0, NULL, NULL)))
+	if ((e = run(pg, NULL, "COMMIT", 0, NULL, NULL)) ||
+	    (e = run(pg, NULL, "ANALYZE", 0, NULL, NULL)))
 		return e;
 	return 0;
 }

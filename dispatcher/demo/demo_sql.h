@@ -7,7 +7,7 @@
  * fair share, not the provider's per-minute rate. */
 #define DEMO_SQL_ORG                                                                               \
 	"INSERT INTO organisations (id, name, org_limit, rate_default_per_minute,"                 \
-	" rate_calls_per_minute, rate_executions_per_minute) VALUES ($1, $2, $3, 100000, 100000," \
+	" rate_calls_per_minute, rate_executions_per_minute) VALUES ($1, $2, $3, 100000, 100000,"  \
 	" 100000)"
 
 /* $1 id, $2 org_id, $3 from_number. */
