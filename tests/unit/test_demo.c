@@ -36,11 +36,11 @@ static void options(void **state)
 	assert_int_equal(parse(&o, 3, help), 1);
 
 	const char *bad[][2] = {
-		{ "--minutes", "0" },	 { "--minutes", "61" },	 { "--minutes", "nan" },
-		{ "--minutes", "1x" },	 { "--workers", "0" },	 { "--workers", "17" },
-		{ "--lines", "3" },	 { "--lines", "1001" },	 { "--lines", "-5" },
-		{ "--seed", "-1" },	 { "--seed", "" },	 { "--bogus", "1" },
-		{ "minutes", "1" },	 { "--workers", " 2" },
+		{ "--minutes", "0" },  { "--minutes", "61" }, { "--minutes", "nan" },
+		{ "--minutes", "1x" }, { "--workers", "0" },  { "--workers", "17" },
+		{ "--lines", "3" },    { "--lines", "1001" }, { "--lines", "-5" },
+		{ "--seed", "-1" },    { "--seed", "" },      { "--bogus", "1" },
+		{ "minutes", "1" },    { "--workers", " 2" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		assert_int_equal(parse(&o, 2, bad[i]), -EINVAL);
@@ -114,8 +114,8 @@ static void time_to_floor(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(options), cmocka_unit_test(sizes),
-		cmocka_unit_test(fair_shares), cmocka_unit_test(jain),
+		cmocka_unit_test(options),	 cmocka_unit_test(sizes),
+		cmocka_unit_test(fair_shares),	 cmocka_unit_test(jain),
 		cmocka_unit_test(time_to_floor),
 	};
 
