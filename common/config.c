@@ -50,11 +50,49 @@ static int find_choice(const char *choices, const char *s)
 	return -1;
 }
 
+void config_escape(const char *in, char *out, size_t outlen)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+
+	if (!outlen)
+		return;
+	for (const unsigned char *p = (const unsigned char *)in; *p; p++) {
+		char buf[5];
+		size_t n = 0;
+
+		if (*p < 0x20 || *p == 0x7f || *p == '"' || *p == '\\') {
+			buf[n++] = '\\';
+			if (*p == '\n' || *p == '\t' || *p == '\r')
+				buf[n++] = *p == '\n' ? 'n' : *p == '\t' ? 't' : 'r';
+			else if (*p == '"' || *p == '\\')
+				buf[n++] = (char)*p;
+			else {
+				buf[n++] = 'x';
+				buf[n++] = hex[*p >> 4];
+				buf[n++] = hex[*p & 15];
+			}
+		} else {
+			buf[n++] = (char)*p;
+		}
+		if (o + n + 4 > outlen) { /* room for "..." and the NUL */
+			snprintf(out + o, outlen - o, "%s", outlen - o >= 4 ? "..." : "");
+			return;
+		}
+		memcpy(out + o, buf, n);
+		o += n;
+	}
+	out[o] = '\0';
+}
+
 static int load_one(const struct config_setting *s, const char *text, char *base, char *err,
 		    size_t errlen)
 {
 	void *slot = base + s->offset;
+	char shown[CONFIG_SHOWN_MAX];
 	char *end;
+
+	config_escape(text ? text : "", shown, sizeof(shown));
 
 	switch (s->type) {
 	case CONFIG_STRING:
@@ -69,7 +107,7 @@ static int load_one(const struct config_setting *s, const char *text, char *base
 		if (errno || end == text || *end != '\0') {
 			snprintf(err, errlen,
 				 "%s=\"%s\" is not a whole number (allowed: %lld to %lld)", s->name,
-				 text, s->min, s->max);
+				 shown, s->min, s->max);
 			return DSP_ECONFIG;
 		}
 		if (v < s->min || v > s->max) {
@@ -85,14 +123,14 @@ static int load_one(const struct config_setting *s, const char *text, char *base
 	case CONFIG_BOOL:
 		if (parse_bool(text, (bool *)slot) < 0) {
 			snprintf(err, errlen, "%s=\"%s\" is not a boolean (use true or false)",
-				 s->name, text);
+				 s->name, shown);
 			return DSP_ECONFIG;
 		}
 		return 0;
 	case CONFIG_ENUM: {
 		int i = find_choice(s->choices, text);
 		if (i < 0) {
-			snprintf(err, errlen, "%s=\"%s\" is not one of %s", s->name, text,
+			snprintf(err, errlen, "%s=\"%s\" is not one of %s", s->name, shown,
 				 s->choices);
 			return DSP_ECONFIG;
 		}
@@ -117,8 +155,13 @@ int config_load(const struct config_setting *tab, size_t n, void *target, config
 	}
 	for (size_t i = 0; i < n; i++) {
 		const char *text = get(tab[i].name, ctx);
-		if (text && *text == '\0')
-			text = NULL; /* an empty variable means "use the default" */
+		if (text && *text == '\0') { /* a mistake more often than a choice: refuse it */
+			snprintf(err, errlen,
+				 "%s is set but empty; unset it to use the default (%s)",
+				 tab[i].name, tab[i].def ? tab[i].def : "unset");
+			config_free(tab, n, target);
+			return DSP_ECONFIG;
+		}
 		if (!text)
 			text = tab[i].def;
 		if (!text && tab[i].type != CONFIG_STRING) {

@@ -36,12 +36,20 @@ struct config_setting {
 /* Looks up a variable; returns NULL when it is not set. The default is getenv(). */
 typedef const char *(*config_getter)(const char *name, void *ctx);
 
-/* Reads every setting of tab[0..n) into target. get may be NULL (getenv). On the first bad value
+/* Reads every setting of tab[0..n) into target. get may be NULL (getenv). A variable set to the
+ * empty string is refused (DSP_ECONFIG), not taken as unset. On the first bad value
  * writes a message naming the setting and its bound into err, frees what was loaded, and returns
  * DSP_ECONFIG; returns -ENOMEM on allocation failure; 0 on success. Strings in target are owned
  * by it: release them with config_free(). */
 int config_load(const struct config_setting *tab, size_t n, void *target, config_getter get,
 		void *ctx, char *err, size_t errlen);
+
+/* Longest escaped value shown in a message (config_escape()), with its NUL. */
+#define CONFIG_SHOWN_MAX 96
+
+/* Writes in to out (outlen bytes, NUL-terminated) for a message: control characters, '"' and
+ * '\\' escaped (\n, \t, \r, \xNN, \", \\), cut with "..." when it does not fit. */
+void config_escape(const char *in, char *out, size_t outlen);
 
 /* Frees the strings config_load() stored in target and sets them to NULL. */
 void config_free(const struct config_setting *tab, size_t n, void *target);

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 struct wreq {
 	uv_write_t w;
@@ -552,8 +554,27 @@ static int bind_listen(struct http_server *s)
 	if (uv_ip4_addr(s->cfg.host, s->cfg.port, (struct sockaddr_in *)&addr) &&
 	    uv_ip6_addr(s->cfg.host, s->cfg.port, (struct sockaddr_in6 *)&addr))
 		return -EINVAL;
-	if ((err = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0)))
+	if (s->cfg.reuseport) {
+		/* libuv 1.44 has no flag for it: our own socket, handed over with uv_tcp_open(). */
+		int one = 1, fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		socklen_t len = addr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+							   : sizeof(struct sockaddr_in);
+		if (fd < 0)
+			return -errno;
+		if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+		    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
+		    bind(fd, (struct sockaddr *)&addr, len)) {
+			err = -errno;
+			close(fd);
+			return err;
+		}
+		if ((err = uv_tcp_open(&s->listener, fd))) {
+			close(fd);
+			return err;
+		}
+	} else if ((err = uv_tcp_bind(&s->listener, (struct sockaddr *)&addr, 0))) {
 		return err;
+	}
 	return uv_listen((uv_stream_t *)&s->listener, s->cfg.backlog, on_connection);
 }
 

@@ -92,6 +92,8 @@ struct http_server_config {
 	size_t max_write_queued;    /* unsent output above which reading pauses [1048576] */
 	uint64_t write_timeout_ms;  /* writes without progress this long close it, 0 = never
 				     * [30000] */
+	bool reuseport;		    /* SO_REUSEPORT: several processes share the port (the
+				     * fleet's one public URL) [false] */
 	http_decorate_cb decorate;  /* optional */
 	void *decorate_data;	    /* borrowed */
 };

@@ -187,6 +187,16 @@ void pg_conn_get_stats(const struct pg_conn *conn, struct pg_conn_stats *out);
  * do it themselves, with their label.) */
 void pg_route_notices(PGconn *pg);
 
+/* Connects synchronously, for a command-line command that runs no loop (`dispatcher migrate`):
+ * the TCP connect and the startup exchange are bounded by timeout_ms of our own (libpq's
+ * connect_timeout counts whole seconds and per host; a server that accepts and never answers
+ * would otherwise hold the command for ever). Host names are resolved before the deadline
+ * starts. Returns 0 with *out owned by the caller (PQfinish), or -ETIMEDOUT, -ECONNREFUSED
+ * (refused, authentication failed, bad conninfo: the reason in err) or -ENOMEM. Never call it
+ * on a loop. */
+int pg_connect_blocking(const char *conninfo, uint64_t timeout_ms, PGconn **out, char *err,
+			size_t errlen);
+
 /* Stops reconnecting, completes every request with -ECANCELED (an open transaction is lost:
  * pg_txn.h), closes the connection, and frees conn once its libuv handles are closed (then
  * calls closed_cb, which may be NULL). conn must not be used after this call. */

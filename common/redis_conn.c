@@ -13,50 +13,10 @@
 #include <string.h>
 #include <strings.h>
 
-#define SERVER(conn) ((conn)->path[0] ? (conn)->path : (conn)->host)
+#define SERVER(conn) ((conn)->addr.path[0] ? (conn)->addr.path : (conn)->addr.host)
 
 static void start_connect(struct redis_conn *conn);
 static void deadline_cb(uv_timer_t *t);
-
-int redis_url_parse(const char *url, char *host, size_t hostlen, int *port, char *path,
-		    size_t pathlen, char *password, size_t pwlen)
-{
-	host[0] = path[0] = password[0] = '\0';
-	*port = 6379;
-	if (!url)
-		return -EINVAL;
-	if (strncmp(url, "unix://", 7) == 0) {
-		const char *p = url + 7;
-		if (*p != '/' || strlen(p) >= pathlen)
-			return -EINVAL;
-		snprintf(path, pathlen, "%s", p);
-		return 0;
-	}
-	if (strncmp(url, "redis://", 8) != 0)
-		return -EINVAL;
-	const char *p = url + 8;
-	const char *at = strrchr(p, '@');
-	if (at) {
-		const char *colon = memchr(p, ':', (size_t)(at - p));
-		const char *pw = colon ? colon + 1 : p;
-		if ((size_t)(at - pw) >= pwlen)
-			return -EINVAL;
-		snprintf(password, pwlen, "%.*s", (int)(at - pw), pw);
-		p = at + 1;
-	}
-	size_t n = strcspn(p, ":/");
-	if (n == 0 || n >= hostlen)
-		return -EINVAL;
-	snprintf(host, hostlen, "%.*s", (int)n, p);
-	if (p[n] == ':') {
-		char *end;
-		long v = strtol(p + n + 1, &end, 10);
-		if (end == p + n + 1 || v < 1 || v > 65535 || (*end && *end != '/'))
-			return -EINVAL;
-		*port = (int)v;
-	}
-	return 0;
-}
 
 static void arm_deadline(struct redis_conn *conn)
 {
@@ -295,8 +255,8 @@ static void start_connect(struct redis_conn *conn)
 
 	if (conn->state == ST_CLOSED)
 		return;
-	if (redis_uv_connect(conn->loop, conn->host, conn->port, conn->path, conn->label, &ac) <
-	    0) {
+	if (redis_uv_connect(conn->loop, conn->addr.host, conn->addr.port, conn->addr.path,
+			     conn->label, &ac) < 0) {
 		conn->stats.failed_connects++;
 		schedule_reconnect(conn);
 		return;
@@ -381,9 +341,7 @@ int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struc
 	list_init(&conn->pending);
 	list_init(&conn->hooks);
 	int rc = copy_options(conn, opts);
-	if (rc == 0 &&
-	    redis_url_parse(opts->url, conn->host, sizeof(conn->host), &conn->port, conn->path,
-			    sizeof(conn->path), conn->password, sizeof(conn->password)) < 0)
+	if (rc == 0 && redis_url_parse(opts->url, &conn->addr) < 0)
 		rc = -EINVAL;
 	/* The first hook, and not the owner's to remember: SPEC §7. */
 	if (rc == 0 && !opts->allow_eviction)

@@ -72,7 +72,7 @@ typedef void (*redis_event_cb)(struct redis_conn *conn, const struct redis_conn_
 			       void *data);
 
 struct redis_conn_options {
-	const char *url;	       /* redis://[:password@]host:port or unix:///path (copied) */
+	const char *url;	       /* a REDIS_URL, see redis_url_parse() (copied) */
 	const char *name;	       /* labels log lines "redis[<name>]" and is set as the client
 					* name (CLIENT SETNAME; printable ASCII, no space); NULL:
 					* "redis", no client name. Copied. */
@@ -183,9 +183,20 @@ void redis_conn_get_stats(const struct redis_conn *conn, struct redis_conn_stats
  * after this call. Safe from any callback of conn. */
 void redis_conn_close(struct redis_conn *conn, void (*closed_cb)(void *data), void *data);
 
-/* Parses a REDIS_URL into host/port or a socket path. Returns 0 or -EINVAL. Exposed for tests
- * and for messages. host, path and password are written NUL-terminated, truncated to size. */
-int redis_url_parse(const char *url, char *host, size_t hostlen, int *port, char *path,
-		    size_t pathlen, char *password, size_t pwlen);
+/* A REDIS_URL, parsed. */
+struct redis_url {
+	char host[256];	    /* TCP: name or address ("::1" without brackets); "" for a socket */
+	int port;	    /* TCP port, 6379 when not given */
+	char path[108];	    /* unix socket path; "" for TCP */
+	char user[128];	    /* ACL user ("" = the default user) */
+	char password[256]; /* "" = no AUTH (with a user: AUTH user "", for a nopass user) */
+	bool auth;	    /* send AUTH: a user or a password was given */
+	int db;		    /* logical database, SELECTed before the connection is up (0..65535) */
+};
+
+/* Parses a REDIS_URL: redis://[user[:password]@]host[:port][/db] (host may be a bracketed IPv6
+ * literal; user and password may be percent-encoded) or unix:///path[?db=N]. Returns 0 or
+ * -EINVAL; *out is fully written either way. Exposed for tests and for the settings check. */
+int redis_url_parse(const char *url, struct redis_url *out);
 
 #endif

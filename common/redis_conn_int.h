@@ -46,11 +46,8 @@ struct redis_conn {
 	struct redis_conn_options opts; /* strings point at the owned copies below */
 	char *url, *name, *gen_key;	/* owned copies */
 	char label[80];			/* "redis[<name>]" */
-	char host[256];
-	int port;
-	char path[108];
-	char password[256];
-	redisAsyncContext *ac; /* NULL when down; owned by hiredis once connected */
+	struct redis_url addr;		/* the parsed URL */
+	redisAsyncContext *ac;		/* NULL when down; owned by hiredis once connected */
 	enum conn_state state;
 	bool in_multi;		   /* MULTI sent, EXEC or DISCARD not yet: EVALSHA goes as EVAL */
 	bool refusing;		   /* the drop under way is a refusal: log it at error */

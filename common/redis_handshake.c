@@ -72,6 +72,12 @@ static void auth_cb(struct redis_conn *conn, int status, redisReply *r, void *da
 		hello_failed(conn, "AUTH", r);
 }
 
+static void select_cb(struct redis_conn *conn, int status, redisReply *r, void *data)
+{
+	if (connecting(conn, status) && r->type == REDIS_REPLY_ERROR)
+		hello_failed(conn, "SELECT", r);
+}
+
 static void ping_cb(struct redis_conn *conn, int status, redisReply *r, void *data)
 {
 	if (connecting(conn, status) &&
@@ -117,7 +123,11 @@ static void info_cb(struct redis_conn *conn, int status, redisReply *r, void *da
 
 void handshake_begin(struct redis_conn *conn)
 {
-	const char *auth[] = { "AUTH", conn->password };
+	const char *auth_user[] = { "AUTH", conn->addr.user, conn->addr.password };
+	const char *auth[] = { "AUTH", conn->addr.password };
+	bool user = conn->addr.user[0] != '\0';
+	char db[16];
+	const char *select[] = { "SELECT", db };
 	const char *ping[] = { "PING" };
 	const char *setname[] = { "CLIENT", "SETNAME", conn->name };
 	const char *info[] = { "INFO", "server" };
@@ -125,8 +135,12 @@ void handshake_begin(struct redis_conn *conn)
 
 	conn->phase = PH_HELLO;
 	conn->run_id[0] = conn->version[0] = '\0';
-	if (conn->password[0])
-		rc = conn_send_argv(conn, auth_cb, NULL, 2, auth, NULL);
+	snprintf(db, sizeof(db), "%d", conn->addr.db);
+	if (conn->addr.auth)
+		rc = conn_send_argv(conn, auth_cb, NULL, user ? 3 : 2, user ? auth_user : auth,
+				    NULL);
+	if (rc == 0 && conn->addr.db != 0) /* before anything else touches a key */
+		rc = conn_send_argv(conn, select_cb, NULL, 2, select, NULL);
 	if (rc == 0)
 		rc = conn_send_argv(conn, ping_cb, NULL, 1, ping, NULL);
 	if (rc == 0 && conn->name)
@@ -220,8 +234,8 @@ static void up(struct redis_conn *conn)
 	backoff_reset(&conn->backoff);
 	LOG_CONN(changed ? LOG_WARN : LOG_INFO, LOG_REDIS, conn->label,
 		 "connected to %s (Redis %s, run_id %.8s%s%s)",
-		 conn->path[0] ? conn->path : conn->host, conn->version, conn->run_id,
-		 changed ? ", a new server: it may have lost data" : "",
+		 conn->addr.path[0] ? conn->addr.path : conn->addr.host, conn->version,
+		 conn->run_id, changed ? ", a new server: it may have lost data" : "",
 		 conn->gen_key && !conn->generation ? ", no generation key" : "");
 	memcpy(conn->up_run_id, conn->run_id, sizeof(conn->up_run_id));
 	memcpy(conn->up_version, conn->version, sizeof(conn->up_version));

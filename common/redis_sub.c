@@ -37,10 +37,7 @@ struct redis_sub {
 	struct redis_sub_options opts; /* strings point at the owned copies below */
 	char *url, *name;
 	char label[80];
-	char host[256];
-	int port;
-	char path[108];
-	char password[256];
+	struct redis_url addr; /* the parsed URL */
 	redisAsyncContext *ac; /* NULL when down; owned by hiredis */
 	enum sub_state state;
 	uv_timer_t retry_timer;	   /* reconnect delay, then connect deadline */
@@ -63,7 +60,7 @@ struct redis_sub {
 static void start_connect(struct redis_sub *sub);
 static void liveness_cb(uv_timer_t *t);
 
-#define SERVER(sub) ((sub)->path[0] ? (sub)->path : (sub)->host)
+#define SERVER(sub) ((sub)->addr.path[0] ? (sub)->addr.path : (sub)->addr.host)
 
 static void reconnect_cb(uv_timer_t *t)
 {
@@ -327,12 +324,16 @@ static void setname_cb(redisAsyncContext *ac, void *r, void *privdata)
 /* AUTH, CLIENT SETNAME and every subscription, pipelined. Returns 0 or -ENOMEM. */
 static int send_hello(struct redis_sub *sub)
 {
-	const char *auth[] = { "AUTH", sub->password };
+	const char *auth_user[] = { "AUTH", sub->addr.user, sub->addr.password };
+	const char *auth[] = { "AUTH", sub->addr.password };
 	const char *setname[] = { "CLIENT", "SETNAME", sub->name };
 	struct list_node *n, *tmp;
 	int rc = 0;
 
-	if (sub->password[0] && redisAsyncCommandArgv(sub->ac, auth_cb, sub, 2, auth, NULL))
+	bool user = sub->addr.user[0] != '\0';
+
+	if (sub->addr.auth && redisAsyncCommandArgv(sub->ac, auth_cb, sub, user ? 3 : 2,
+						    user ? auth_user : auth, NULL))
 		return -ENOMEM;
 	if (redisAsyncCommandArgv(sub->ac, setname_cb, sub, 3, setname, NULL))
 		return -ENOMEM;
@@ -351,7 +352,8 @@ static void start_connect(struct redis_sub *sub)
 
 	if (sub->state == SS_CLOSED)
 		return;
-	if (redis_uv_connect(sub->loop, sub->host, sub->port, sub->path, sub->label, &ac) < 0) {
+	if (redis_uv_connect(sub->loop, sub->addr.host, sub->addr.port, sub->addr.path, sub->label,
+			     &ac) < 0) {
 		sub->stats.failed_connects++;
 		schedule_reconnect(sub);
 		return;
@@ -451,8 +453,7 @@ static int setup(struct redis_sub *sub, const struct redis_sub_options *opts)
 		rnd = backoff_seed(uv_hrtime(), sub);
 	snprintf(sub->ping_channel, sizeof(sub->ping_channel), "redis_sub:%s:ping:%016" PRIx64,
 		 sub->name, rnd);
-	return redis_url_parse(opts->url, sub->host, sizeof(sub->host), &sub->port, sub->path,
-			       sizeof(sub->path), sub->password, sizeof(sub->password));
+	return redis_url_parse(opts->url, &sub->addr);
 }
 
 int redis_sub_new(uv_loop_t *loop, const struct redis_sub_options *opts, struct redis_sub **out)

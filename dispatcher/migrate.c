@@ -234,11 +234,14 @@ int migrate_main(const struct settings *s, bool status_only)
 				"postgresql://user@host/dbname)\n");
 		return 2;
 	}
-	PGconn *conn = PQconnectdb(s->database_url);
-	if (PQstatus(conn) != CONNECTION_OK) {
-		fprintf(stderr, "dispatcher: migrate: cannot connect to DATABASE_URL: %s",
-			PQerrorMessage(conn));
-		PQfinish(conn);
+	PGconn *conn;
+	char why[256];
+	if (pg_connect_blocking(s->database_url, (uint64_t)s->pg_connect_timeout_ms, &conn, why,
+				sizeof(why)) < 0) {
+		fprintf(stderr,
+			"dispatcher: migrate: cannot connect to DATABASE_URL: %s "
+			"(DISPATCHER_PG_CONNECT_TIMEOUT_MS=%lld)\n",
+			why, s->pg_connect_timeout_ms);
 		return 1;
 	}
 	pg_route_notices(conn);

@@ -1,9 +1,16 @@
 #include "settings.h"
 
+#include "addr.h"
 #include "error.h"
+#include "redis_conn.h"
 
+#include <libpq-fe.h>
+
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define OFF(field) offsetof(struct settings, field)
 
@@ -13,9 +20,11 @@ const struct config_setting settings_table[] = {
 	  "PostgreSQL connection string or URI. Unset: commands that need it refuse to start "
 	  "(demo and tests start a private server)." },
 	{ "REDIS_URL", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(redis_url),
-	  "redis://host:port or unix:///path/to/redis.sock. Unset: as DATABASE_URL." },
+	  "redis://[user[:password]@]host[:port][/db] or unix:///path/to/redis.sock[?db=N] "
+	  "(user and password percent-encoded). Unset: as DATABASE_URL." },
 	{ "DISPATCHER_LISTEN", CONFIG_STRING, 0, 0, "127.0.0.1:8080", NULL, NULL, false,
-	  OFF(listen), "Address of the HTTP API (host:port)." },
+	  OFF(listen),
+	  "Address of the HTTP API: IPv4:port or [IPv6]:port (numeric; port 1..65535)." },
 	{ "DISPATCHER_LOG_LEVEL", CONFIG_ENUM, 0, 0, "info", "error|warn|info|debug", NULL, false,
 	  OFF(log_level), "Lowest level written to stderr (JSON lines)." },
 	{ "DISPATCHER_WORKER_ID", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(worker_id),
@@ -38,29 +47,188 @@ const struct config_setting settings_table[] = {
 	  OFF(reconnect_min_ms), "First reconnect delay; doubles per failure, with jitter." },
 	{ "DISPATCHER_RECONNECT_MAX_MS", CONFIG_INT, 100, 600000, "5000", NULL, "ms", false,
 	  OFF(reconnect_max_ms), "Cap on the reconnect delay." },
+	{ "PROVIDER_URL", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(provider_url),
+	  "http(s) URL the worker POSTs calls to. Unset: `dispatcher run` refuses to start." },
+	{ "PROVIDER_TOKEN", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(provider_token),
+	  "Bearer token sent to the provider; never logged. Unset: no Authorization header." },
+	{ "PROVIDER_WEBHOOK_SECRET", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false,
+	  OFF(webhook_secret),
+	  "Secret the provider signs its events with. Unset: `dispatcher run` refuses to start." },
+	{ "DISPATCHER_PUBLIC_URL", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(public_url),
+	  "http(s) base URL the provider calls back (events go to <it>/provider/events). Unset: "
+	  "http://DISPATCHER_LISTEN." },
+	{ "DISPATCHER_LEASE_SECONDS", CONFIG_INT, 5, 3600, "60", NULL, "s", false, OFF(lease_s),
+	  "Lease of a claimed contact; must exceed the slot wait plus the provider timeout." },
+	{ "DISPATCHER_LEASE_SWEEP_SECONDS", CONFIG_INT, 1, 600, "5", NULL, "s", false,
+	  OFF(lease_sweep_s),
+	  "Period of the sweep returning contacts whose lease expired without a call." },
+	{ "DISPATCHER_MAX_CALL_SECONDS", CONFIG_INT, 60, 86400, "7200", NULL, "s", false,
+	  OFF(max_call_s),
+	  "A call with no terminal event is ended and its slots freed after this." },
+	{ "DISPATCHER_CALL_SWEEP_SECONDS", CONFIG_INT, 1, 3600, "30", NULL, "s", false,
+	  OFF(call_sweep_s), "Period of the maximum-call-duration sweep." },
+	{ "DISPATCHER_RETENTION_DAYS", CONFIG_INT, 1, 3650, "30", NULL, "days", false,
+	  OFF(retention_days),
+	  "Calls, dial attempts and events older than this are deleted (by one elected worker)." },
+	{ "DISPATCHER_DRAIN_SECONDS", CONFIG_INT, 1, 600, "30", NULL, "s", false, OFF(drain_s),
+	  "On SIGTERM: stop claiming, finish in-flight requests, exit within this." },
+	{ "DISPATCHER_PROVIDER_TIMEOUT_MS", CONFIG_INT, 100, 120000, "10000", NULL, "ms", false,
+	  OFF(provider_timeout_ms), "Deadline of one request to the provider." },
+	{ "DISPATCHER_LANE_PROBE_SECONDS", CONFIG_INT, 1, 86400, "300", NULL, "s", false,
+	  OFF(lane_probe_s), "A lane stopped by a 401/403 probes the provider again after this." },
+	{ "DISPATCHER_CLAIM_PAGE", CONFIG_INT, 1, 1000, "50", NULL, NULL, false, OFF(claim_page),
+	  "Contacts claimed per statement." },
+	{ "DISPATCHER_REFRESH_PERIOD_MS", CONFIG_INT, 50, 60000, "1000", NULL, "ms", false,
+	  OFF(refresh_period_ms), "Period of the elected refresher (floors and limits)." },
+	{ "DISPATCHER_FLOOR_TTL_SECONDS", CONFIG_INT, 1, 3600, "10", NULL, "s", false,
+	  OFF(floor_ttl_s),
+	  "Installed floors expire after this unless renewed; must exceed the refresh period." },
+	{ "DISPATCHER_RECONCILE_SECONDS", CONFIG_INT, 1, 3600, "10", NULL, "s", false,
+	  OFF(reconcile_s), "Period of the elected reconciler (gate against PostgreSQL)." },
+	{ "DISPATCHER_HTTP_MAX_CONNECTIONS", CONFIG_INT, 16, 1000000, "1024", NULL, NULL, false,
+	  OFF(http_max_connections),
+	  "Open connections of the HTTP server (capped under the file-descriptor limit); beyond "
+	  "it: 503." },
 };
 
 const size_t settings_table_len = sizeof(settings_table) / sizeof(settings_table[0]);
 
+/* Writes "NAME=\"value\" <what>" into err (the value escaped) and returns DSP_ECONFIG. */
+static int refuse(char *err, size_t len, const char *name, const char *value, const char *what)
+{
+	char shown[CONFIG_SHOWN_MAX];
+
+	config_escape(value, shown, sizeof(shown));
+	snprintf(err, len, "%s=\"%s\" %s", name, shown, what);
+	return DSP_ECONFIG;
+}
+
+static int check_database_url(const char *url, char *err, size_t len)
+{
+	char *msg = NULL, what[160];
+	PQconninfoOption *opts = PQconninfoParse(url, &msg);
+
+	if (opts) {
+		PQconninfoFree(opts);
+		return 0;
+	}
+	snprintf(what, sizeof(what), "is not a PostgreSQL connection string or URI (%.*s)",
+		 msg ? (int)strcspn(msg, "\n") : 14, msg ? msg : "out of memory");
+	PQfreemem(msg);
+	return refuse(err, len, "DATABASE_URL", url, what);
+}
+
+static int check_http_url(const char *name, const char *url, char *err, size_t len)
+{
+	char why[64], what[96];
+
+	if (addr_http_url_check(url, why, sizeof(why)) == 0)
+		return 0;
+	snprintf(what, sizeof(what), "is not an http(s) URL: %s", why);
+	return refuse(err, len, name, url, what);
+}
+
+/* The text settings: each must parse as what it names. */
+static int check_text(struct settings *s, char *err, size_t len)
+{
+	char host[64];
+	int port;
+	struct redis_url r;
+
+	if (addr_hostport_parse(s->listen, host, sizeof(host), &port) < 0)
+		return refuse(err, len, "DISPATCHER_LISTEN", s->listen,
+			      "is not host:port (an IPv4 address, or an IPv6 one in brackets as "
+			      "[::1]:8080; port 1 to 65535)");
+	if (s->redis_url && redis_url_parse(s->redis_url, &r) < 0)
+		return refuse(err, len, "REDIS_URL", s->redis_url,
+			      "is not redis://[user[:password]@]host[:port][/db] or "
+			      "unix:///path[?db=N]");
+	if (s->database_url && check_database_url(s->database_url, err, len) < 0)
+		return DSP_ECONFIG;
+	if (s->provider_url && check_http_url("PROVIDER_URL", s->provider_url, err, len) < 0)
+		return DSP_ECONFIG;
+	if (s->public_url) {
+		if (check_http_url("DISPATCHER_PUBLIC_URL", s->public_url, err, len) < 0)
+			return DSP_ECONFIG;
+		size_t n = strlen(s->public_url); /* the callback URL appends "/provider/events" */
+		while (n > 0 && s->public_url[n - 1] == '/')
+			s->public_url[--n] = '\0';
+	}
+	for (const char *p = s->worker_id; p && *p; p++)
+		if ((unsigned char)*p <= ' ' || *p == 0x7f)
+			return refuse(err, len, "DISPATCHER_WORKER_ID", s->worker_id,
+				      "has a space or a control character");
+	return 0;
+}
+
+/* The bounds that span settings. Writes the message into err and returns DSP_ECONFIG. */
+static int cross_check(const struct settings *s, char *err, size_t len)
+{
+	if (s->reconnect_max_ms < s->reconnect_min_ms) {
+		snprintf(err, len,
+			 "DISPATCHER_RECONNECT_MAX_MS=%lld must not be below "
+			 "DISPATCHER_RECONNECT_MIN_MS=%lld",
+			 s->reconnect_max_ms, s->reconnect_min_ms);
+		return DSP_ECONFIG;
+	}
+	/* A claimed contact waits for a slot, then dials: its lease must outlive both. */
+	if (s->lease_s * 1000 <= s->batch_slot_wait_s * 1000 + s->provider_timeout_ms) {
+		snprintf(err, len,
+			 "DISPATCHER_LEASE_SECONDS=%lld must exceed "
+			 "BATCH_DISPATCH_SLOT_WAIT_SECONDS=%lld plus "
+			 "DISPATCHER_PROVIDER_TIMEOUT_MS=%lld",
+			 s->lease_s, s->batch_slot_wait_s, s->provider_timeout_ms);
+		return DSP_ECONFIG;
+	}
+	if (s->floor_ttl_s * 1000 <= s->refresh_period_ms) {
+		snprintf(err, len,
+			 "DISPATCHER_FLOOR_TTL_SECONDS=%lld must exceed "
+			 "DISPATCHER_REFRESH_PERIOD_MS=%lld",
+			 s->floor_ttl_s, s->refresh_period_ms);
+		return DSP_ECONFIG;
+	}
+	return 0;
+}
+
 int settings_load(struct settings *out)
 {
-	char err[256];
+	char err[512];
 	int rc = config_load(settings_table, settings_table_len, out, NULL, NULL, err, sizeof(err));
 
 	if (rc < 0) {
 		fprintf(stderr, "dispatcher: configuration error: %s\n", err);
 		return rc;
 	}
-	if (out->reconnect_max_ms < out->reconnect_min_ms) {
-		fprintf(stderr,
-			"dispatcher: configuration error: DISPATCHER_RECONNECT_MAX_MS=%lld must "
-			"not be "
-			"below DISPATCHER_RECONNECT_MIN_MS=%lld\n",
-			out->reconnect_max_ms, out->reconnect_min_ms);
+	if (check_text(out, err, sizeof(err)) < 0 || cross_check(out, err, sizeof(err)) < 0) {
+		fprintf(stderr, "dispatcher: configuration error: %s\n", err);
 		settings_free(out);
 		return DSP_ECONFIG;
 	}
+	if (!out->public_url) {
+		size_t n = strlen(out->listen) + sizeof("http://");
+		out->public_url = malloc(n);
+		if (!out->public_url) {
+			settings_free(out);
+			return -ENOMEM;
+		}
+		snprintf(out->public_url, n, "http://%s", out->listen);
+	}
 	return 0;
+}
+
+int settings_check_run(const struct settings *s)
+{
+	const char *missing = !s->provider_url	   ? "PROVIDER_URL"
+			      : !s->webhook_secret ? "PROVIDER_WEBHOOK_SECRET"
+			      : !s->database_url   ? "DATABASE_URL"
+			      : !s->redis_url	   ? "REDIS_URL"
+						   : NULL;
+
+	if (!missing)
+		return 0;
+	fprintf(stderr, "dispatcher: configuration error: %s is not set (needed by `run`)\n",
+		missing);
+	return DSP_ECONFIG;
 }
 
 void settings_free(struct settings *s)

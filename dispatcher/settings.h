@@ -17,6 +17,26 @@ struct settings {
 	long long redis_command_timeout_ms; /* per-command deadline */
 	long long reconnect_min_ms;	    /* first reconnect delay (before jitter) */
 	long long reconnect_max_ms;	    /* cap on the reconnect delay */
+	/* The worker (issue 9). */
+	char *provider_url;	       /* PROVIDER_URL: where calls are POSTed; run refuses NULL */
+	char *provider_token;	       /* PROVIDER_TOKEN: bearer token, NULL = none; never logged */
+	char *webhook_secret;	       /* PROVIDER_WEBHOOK_SECRET: signs events; run refuses NULL */
+	char *public_url;	       /* base URL the provider calls back (callback_url is
+					 * <public_url>/provider/events); never NULL after load:
+					 * default http://<listen> */
+	long long lease_s;	       /* claim lease; > slot wait + provider timeout */
+	long long lease_sweep_s;       /* period of the expired-lease sweep */
+	long long max_call_s;	       /* a call with no terminal event ends after this */
+	long long call_sweep_s;	       /* period of the maximum-duration sweep */
+	long long retention_days;      /* calls, attempts, events older than this are deleted */
+	long long drain_s;	       /* SIGTERM: exit within this */
+	long long provider_timeout_ms; /* deadline of one provider request */
+	long long lane_probe_s;	       /* a lane stopped by 401/403 probes again after this */
+	long long claim_page;	       /* contacts claimed per statement */
+	long long refresh_period_ms;   /* the refresher's period */
+	long long floor_ttl_s;	       /* installed floors expire after this */
+	long long reconcile_s;	       /* the reconciler's period */
+	long long http_max_connections; /* open connections of the HTTP server; beyond: 503 */
 };
 
 extern const struct config_setting settings_table[];
@@ -26,6 +46,10 @@ extern const size_t settings_table_len;
  * setting and its bound to stderr and returns DSP_ECONFIG; 0 on success. Release with
  * settings_free(). */
 int settings_load(struct settings *out);
+
+/* `dispatcher run`'s extra requirements: PROVIDER_URL and PROVIDER_WEBHOOK_SECRET set. Prints a
+ * message naming the first missing setting to stderr and returns DSP_ECONFIG; 0 when complete. */
+int settings_check_run(const struct settings *s);
 
 /* Frees the strings held by s. */
 void settings_free(struct settings *s);

@@ -95,7 +95,8 @@ static int cmp_u64(const void *x, const void *y)
 static void seed(struct bench *b, const char *org, int n)
 {
 	char q[1024];
-	sql(b, "TRUNCATE organisations, fair_share_installs, fair_share_floors CASCADE");
+	sql(b, "TRUNCATE organisations, fair_share_installs, fair_share_floors, fair_share_carries "
+	       "CASCADE");
 	snprintf(q, sizeof(q), "INSERT INTO organisations (id, name) VALUES ('%s', '%s')", org,
 		 org);
 	sql(b, q);

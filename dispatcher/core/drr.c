@@ -95,15 +95,12 @@ static void undo(struct drr *d, uint32_t start, bool in_turn, uint32_t visited)
 	d->in_turn = in_turn;
 }
 
-int drr_next(struct drr *d, drr_ready_cb *ready, void *ctx, uint32_t *slot)
+/* drr_next's walk, asking ask(ctx, slot); see drr.h. */
+static int walk(struct drr *d, drr_ready_cb *ask, void *ctx, uint32_t *slot)
 {
-	uint32_t start, visits = 0;
-	bool start_in_turn;
+	uint32_t start = d->head, visits = 0;
+	bool start_in_turn = d->in_turn;
 
-	if (!d || !ready || !slot)
-		return -EINVAL;
-	start = d->head;
-	start_in_turn = d->in_turn;
 	while (visits < d->count) {
 		uint32_t c = d->head;
 		struct drr_entry *e = &d->entries[c];
@@ -115,7 +112,7 @@ int drr_next(struct drr *d, drr_ready_cb *ready, void *ctx, uint32_t *slot)
 			e->deficit += d->quantum;
 			d->in_turn = true;
 		}
-		r = e->deficit > 0 ? ready(ctx, c) : DRR_NOT_READY;
+		r = e->deficit > 0 ? ask(ctx, c) : DRR_NOT_READY;
 		if (r == DRR_READY) {
 			if (--e->deficit == 0)
 				advance(d);
@@ -132,4 +129,72 @@ int drr_next(struct drr *d, drr_ready_cb *ready, void *ctx, uint32_t *slot)
 	if (visits)
 		undo(d, start, start_in_turn, visits);
 	return -EAGAIN;
+}
+
+int drr_next(struct drr *d, drr_ready_cb *ready, void *ctx, uint32_t *slot)
+{
+	if (!d || !ready || !slot)
+		return -EINVAL;
+	return walk(d, ready, ctx, slot);
+}
+
+int drr_propose(const struct drr *d, uint32_t skip, uint32_t *out, uint32_t max, uint32_t *n)
+{
+	uint32_t c, listed = 0, seen = 0;
+
+	if (!d || !n || (max && !out))
+		return -EINVAL;
+	c = d->head;
+	/* The walk visits each campaign once, from the head; the head alone may be mid-turn. */
+	for (uint32_t v = 0; v < d->count && listed < max; v++, c = d->entries[c].next) {
+		const struct drr_entry *e = &d->entries[c];
+		uint64_t picks = e->deficit + (v == 0 && d->in_turn ? 0 : (uint64_t)d->quantum);
+
+		if (picks == 0)
+			continue; /* drr_next passes it without asking */
+		if (seen++ >= skip)
+			out[listed++] = c;
+	}
+	*n = listed;
+	return 0;
+}
+
+/* Answers drr_next's walk from the answers the gate gave to the proposed candidates. */
+struct charge {
+	const uint32_t *cand;
+	const enum drr_ready *answers;
+	uint32_t n, asked;
+	bool stale;
+};
+
+static enum drr_ready charge_ask(void *ctx, uint32_t slot)
+{
+	struct charge *ch = ctx;
+
+	if (ch->asked >= ch->n)
+		return DRR_BLOCKED; /* not asked: no pick this time, nothing changes */
+	if (ch->cand[ch->asked] != slot) {
+		ch->stale = true;
+		return DRR_BLOCKED;
+	}
+	return ch->answers[ch->asked++];
+}
+
+int drr_charge(struct drr *d, const uint32_t *cand, const enum drr_ready *answers, uint32_t n,
+	       uint32_t *slot)
+{
+	struct charge ch = { .cand = cand, .answers = answers, .n = n };
+	int rc;
+
+	if (!d || !slot || (n && (!cand || !answers)))
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++) {
+		if (answers[i] != DRR_READY && answers[i] != DRR_NOT_READY &&
+		    answers[i] != DRR_BLOCKED)
+			return -EINVAL;
+		if (answers[i] != DRR_NOT_READY)
+			break;
+	}
+	rc = walk(d, charge_ask, &ch, slot);
+	return ch.stale ? -ESTALE : rc;
 }

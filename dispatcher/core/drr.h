@@ -88,4 +88,35 @@ bool drr_contains(const struct drr *d, uint32_t slot);
  * once per campaign per call and must not change the ring. */
 int drr_next(struct drr *d, drr_ready_cb *ready, void *ctx, uint32_t *slot);
 
+/* The asynchronous face, for a gate that answers an ordered list of candidates in one round
+ * trip (dispatcher/gate/gate.h, struct gate_admit_req):
+ *
+ *     drr_propose(d, 0, cand, 16, &n);         candidates, in drr_next's order
+ *     ... the gate admits the first it can, answering each candidate it evaluated ...
+ *     drr_charge(d, cand, answers, k, &slot);  the same effect as drr_next with those answers
+ *
+ * drr_propose() changes nothing; drr_charge() leaves the selector exactly as drr_next() would
+ * have left it had its ready callback answered answers[i] for cand[i] (tests/unit/test_drr.c
+ * runs every drr_next test through this face too, and compares the two on random histories).
+ * A walk longer than one request continues with skip: drr_propose(d, 16, cand + 16, 16, &m)
+ * lists the next candidates, and the answers of both requests are charged together. */
+
+/* Lists the campaigns drr_next() would ask, in the order it would ask them, leaving out the
+ * first skip of them: writes up to max slots into out[] and their number into *n (fewer when the
+ * walk ends; each campaign is listed at most once per walk). Changes nothing; O(skip + max).
+ * Returns 0 or -EINVAL. */
+int drr_propose(const struct drr *d, uint32_t skip, uint32_t *out, uint32_t max, uint32_t *n);
+
+/* Applies the answers to the candidates cand[0..n) that drr_propose() listed from skip 0:
+ * answers[i] is DRR_READY (admitted: cand[i] is charged one pick), DRR_NOT_READY (refused at a
+ * level of its own, or no contact ready) or DRR_BLOCKED (refused for every campaign). Answers
+ * after the first DRR_READY or DRR_BLOCKED are ignored; candidates past n count as not asked (no
+ * pick). Returns 0 with *slot set to the charged campaign; -EAGAIN when no pick was made (the
+ * selector is left as it was); -ESTALE when the ring changed since drr_propose() so that
+ * cand[] is no longer the start of drr_next()'s walk (nothing changes: an admitted pick goes
+ * uncharged, a bounded error of one pick); -EINVAL (an answer out of range, NULL arrays). cand
+ * and answers are borrowed for the call. */
+int drr_charge(struct drr *d, const uint32_t *cand, const enum drr_ready *answers, uint32_t n,
+	       uint32_t *slot);
+
 #endif

@@ -451,12 +451,13 @@ int gate_install_limits(struct gate *g, const char *org, const struct gate_limit
 	if (!g || !cb || !id_ok(org) || !limits_ok(l))
 		return -EINVAL;
 	rc = prepare(g, GATE_OP_INSTALL, "install limits", org, NULL, data, &a,
-		     8 + 3 * (size_t)l->n_campaigns, &req);
+		     9 + 3 * (size_t)l->n_campaigns, &req);
 	if (rc)
 		return rc;
 	req->cb.install = cb;
 	args_key(&a, org, "gen");
 	args_key(&a, org, "state");
+	args_key(&a, org, "wc");
 	args_str(&a, g->gen);
 	args_str(&a, "limits");
 	args_fmt(&a, "%llu", (unsigned long long)l->version);
@@ -501,12 +502,13 @@ static int install_floors(struct gate *g, const char *org, bool delta, uint64_t 
 		    floors[i].floor > FAIRSHARE_COUNT_MAX)
 			return -EINVAL;
 	rc = prepare(g, GATE_OP_INSTALL, delta ? "install floors delta" : "install floors", org,
-		     NULL, data, &a, (delta ? 7 : 6) + 2 * (size_t)n, &req);
+		     NULL, data, &a, (delta ? 8 : 7) + 2 * (size_t)n, &req);
 	if (rc)
 		return rc;
 	req->cb.install = cb;
 	args_key(&a, org, "gen");
 	args_key(&a, org, "state");
+	args_key(&a, org, "wc");
 	args_str(&a, g->gen);
 	args_str(&a, delta ? "delta" : "floors");
 	args_fmt(&a, "%llu", (unsigned long long)version);
@@ -668,7 +670,7 @@ int gate_org_rebuild(struct gate *g, const char *org, const struct gate_slot_rec
 
 	if (!g || !cb || !id_ok(org) || !records_ok(records, n))
 		return -EINVAL;
-	rc = prepare(g, GATE_OP_DONE, "org rebuild", org, NULL, data, &a, 7 + 4 * (size_t)n, &req);
+	rc = prepare(g, GATE_OP_DONE, "org rebuild", org, NULL, data, &a, 8 + 4 * (size_t)n, &req);
 	if (rc)
 		return rc;
 	req->cb.done = cb;
@@ -678,6 +680,7 @@ int gate_org_rebuild(struct gate *g, const char *org, const struct gate_slot_rec
 	args_key(&a, org, "slots");
 	args_key(&a, org, "wait");
 	args_str(&a, GATE_SYS_STATE_KEY);
+	args_key(&a, org, "wc");
 	args_str(&a, g->gen);
 	for (uint32_t i = 0; i < n; i++) {
 		args_str(&a, records[i].call);

@@ -80,8 +80,8 @@ struct gate_admit_req {
 	bool direct;		      /* a direct dial (the org's direct pseudo-campaign) */
 	const char *agent;	      /* direct: the dial's agent, NULL for none */
 	bool wait;		      /* if refused, register as a waiter (C9/C10): a direct dial
-				       * as a waiting direct dial, a batch call under its first
-				       * candidate (README.md "Hand-off") */
+				       * as a waiting direct dial, a batch call under each of its
+				       * candidates, woken once (README.md "Hand-off") */
 	const char *worker;	      /* the worker holding the waiter (its wake channel,
 				       * handoff.h); needed for a batch wait; NULL for a direct
 				       * dial: it counts in k but is never woken */
@@ -120,6 +120,9 @@ struct gate_release_result {
 	uint32_t passed;	/* FREED: expired wakes passed on */
 	uint32_t receivers;	/* FREED: subscribers the wake PUBLISHes reached */
 	const char *woken_call; /* FREED: the last woken waiter's call id, NULL for none */
+	bool refresh;		/* FREED: the campaign was left below its floor with no waiter:
+				 * "demand below floor" published on dsp:v1:refresh (README.md
+				 * "Hand-off"; at most once per org per 100 ms) */
 };
 
 /* What a hand-off script did (gate_handoff_beat(), gate_handoff_wake()). */

@@ -10,8 +10,9 @@
 -- ARGV: gen call flags agent worker ...
 --   call    the call id (the slot id at every level)
 --   flags   "" or "w": a refused call registers as a waiter (C9/C10): a direct dial as a
---           waiting direct dial (k + 1), a batch call under its first candidate; a woken
---           waiter refused again goes back to its place in the queue
+--           waiting direct dial (k + 1), a batch call under each of its candidates (all were
+--           refused); a waiter refused again (woken or not) goes back to its places in the
+--           queue, under the campaigns it registered with
 --   agent   a direct dial's agent ("" for none); ignored for batch candidates
 --   worker  the worker holding the waiter (its wake channel); "" for none: a direct dial
 --           then counts in k but is never woken (a batch waiter needs a worker)
@@ -31,6 +32,7 @@
 -- Records (README.md "Records"): org OF, campaign CF + agent id, agent AF, system SF, one second
 -- of the rolling minute RF, totals TF.
 
+-- @include gate_wc.lua.inc
 -- @include gate_acquire.lua.inc
 
 local OF = '<I4I4BI4dI4dddddI4I4I4I4I4I4I4'
@@ -204,43 +206,37 @@ end
 n1, n2, n3, n4, n5, n6, n7 = n1 + d1, n2 + d2, n3 + d3, n4 + d4, n5 + d5, n6 + d6, n7 + d7
 
 if not admitted then
-	if ARGV[3] == 'w' then -- register (hand-off, README.md "Hand-off")
-		local wk, c1 = ARGV[5], ARGV[6]
+	if ARGV[3] == 'w' then -- register (hand-off, README.md "Hand-off"; gate_wc.lua.inc)
+		local wk = ARGV[5]
 		local rec = redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
-		if rec then -- already waiting; woken and refused again: back to its place
-			local rc = direct and '*' or string.match(rec, '^([^|]*)')
-			if redis.call('ZREM', KEYS[9], call) == 1 then
-				redis.call('ZADD', KEYS[7], 0, rc .. '|' ..
-					string.format('%013d', tonumber(string.match(rec, '^[^|]*|(%d+)'))) ..
-					'|' .. call)
-			end
-			if not direct then
-				-- Its campaign back in the waking order: a wake that met no queued waiter of
-				-- it (this one was woken) took it out of :wc.
-				local craw = rc == c1 and v[2] or redis.call('HGET', state, 'c:' .. rc)
-				local r1, f1 = 0, 0
-				if craw then
-					r1, f1 = struct.unpack(CF, craw)
-				end
-				redis.call('ZADD', KEYS[8], r1 - f1, rc)
+		if rec then -- already waiting (woken or not): back to its places, its wake consumed
+			local rc, since, rwk = string.match(rec, '^([^|]*)|(%d+)|?(.*)$')
+			redis.call('ZREM', KEYS[9], call)
+			if rwk ~= '' then -- it has a worker: queued
+				wc_queue(state, KEYS[7], KEYS[8], direct and '*' or rc, tonumber(since), call)
 			end
 		else
-			local since = string.format('%d', now)
+			local cands = '*'
 			if direct then
-				redis.call('HSET', KEYS[4], call, dagent .. '|' .. since .. '|' .. wk)
+				redis.call('HSET', KEYS[4], call, dagent .. '|' .. string.format('%d', now) ..
+					'|' .. wk)
 				k = k + 1
 				reply[4] = k
 			else
-				redis.call('HSET', KEYS[6], call, c1 .. '|' .. since .. '|' .. wk)
-				local r1, f1 = 0, 0
-				if v[2] then
-					r1, f1 = struct.unpack(CF, v[2])
+				local seen = {}
+				cands = ARGV[6]
+				seen[cands] = true
+				for i = 7, #ARGV do
+					if not seen[ARGV[i]] then
+						seen[ARGV[i]] = true
+						cands = cands .. ',' .. ARGV[i]
+					end
 				end
-				redis.call('ZADD', KEYS[8], r1 - f1, c1)
+				redis.call('HSET', KEYS[6], call, cands .. '|' .. string.format('%d', now) ..
+					'|' .. wk)
 			end
 			if wk ~= '' then
-				redis.call('ZADD', KEYS[7], 0, (direct and '*' or c1) .. '|' ..
-					string.format('%013d', now) .. '|' .. call)
+				wc_queue(state, KEYS[7], KEYS[8], cands, now, call)
 			end
 			reply[5] = 1
 		end
@@ -261,10 +257,9 @@ if srun >= COUNT_MAX or orun >= COUNT_MAX or r >= COUNT_MAX or agr >= COUNT_MAX 
 end
 local wrec = redis.call('HGET', direct and KEYS[4] or KEYS[6], call)
 if wrec then -- a waiter admitted: its registration withdrawn, its wake (if any) consumed
-	local wc, since = string.match(wrec, '^([^|]*)|(%d+)')
+	local wcands, since = string.match(wrec, '^([^|]*)|(%d+)')
 	redis.call('HDEL', direct and KEYS[4] or KEYS[6], call)
-	redis.call('ZREM', KEYS[7], (direct and '*' or wc) .. '|' ..
-		string.format('%013d', tonumber(since)) .. '|' .. call)
+	wc_unqueue(KEYS[7], KEYS[8], direct and '*' or wcands, tonumber(since), call)
 	redis.call('ZREM', KEYS[9], call)
 	if direct then
 		k = math.max(k - 1, 0)

@@ -22,7 +22,8 @@ struct entry {
 	struct entry *prev, *next;
 	struct gate_flow *f;
 	enum entry_state state;
-	bool answered; /* cb called (or cancelled) */
+	bool answered;	/* cb called (or cancelled) */
+	bool cancelled; /* answered -ECANCELED by gate_flow_close() */
 	gate_flow_cb cb;
 	void *data;
 	char call[ID_SZ], org[ID_SZ];
@@ -135,11 +136,13 @@ static void release_cb(struct gate *g, int status, const struct gate_release_res
 	if (status)
 		LOG_AT(LOG_WARN, LOG_GATE,
 		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
-		       "release of an unwritten call failed (%d): the reconciler frees it", status);
+		       "release of a call not dialled failed (%d): the reconciler frees it",
+		       status);
 	free(c);
 }
 
-/* Sends the Redis release of e's slots. Returns whether it was sent. */
+/* Sends the Redis release of e's slots (its row was not written, or was ended). Returns whether
+ * it was sent. */
 static bool release(struct entry *e)
 {
 	struct release_ctx *c = malloc(sizeof(*c));
@@ -147,7 +150,7 @@ static bool release(struct entry *e)
 	if (!c) {
 		LOG_AT(LOG_ERROR, LOG_GATE,
 		       (&(const struct log_ids){ .org = e->org, .call = e->call }),
-		       "release of an unwritten call: out of memory; the reconciler frees it");
+		       "release of a call not dialled: out of memory; the reconciler frees it");
 		return false;
 	}
 	memcpy(c->call, e->call, sizeof(c->call));
@@ -156,7 +159,7 @@ static bool release(struct entry *e)
 	if (rc) {
 		LOG_AT(LOG_WARN, LOG_GATE,
 		       (&(const struct log_ids){ .org = e->org, .call = e->call }),
-		       "release of an unwritten call not sent (%d): the reconciler frees it", rc);
+		       "release of a call not dialled not sent (%d): the reconciler frees it", rc);
 		free(c);
 		return false;
 	}
@@ -231,17 +234,83 @@ static void to_dial(const struct dial_copy *d, struct gate_pg_dial *out)
 	};
 }
 
+/* Rows written for callers answered -ECANCELED (the flow closed while their write was in
+ * flight): ended in PostgreSQL (gate_pg_cancel_written()), then their slots released. */
+struct cancel {
+	struct gate_flow *f;
+	uint32_t n;
+	struct entry *e[GATE_PG_WRITE_MAX];
+};
+
+static void cancel_cb(struct gate_pg *g, int status, const bool *ended, uint32_t n, void *data)
+{
+	struct cancel *c = data;
+	struct gate_flow *f = c->f;
+
+	(void)g;
+	f->live++; /* hold f while the entries go */
+	if (status)
+		log_error(LOG_GATE,
+			  "%u call rows written after their callers were cancelled could not be"
+			  " ended (%d): they stay dialing, slots held, until the maximum-duration"
+			  " sweep",
+			  c->n, status);
+	for (uint32_t i = 0; i < c->n; i++) {
+		/* Only a row ended here: one that left dialing otherwise is its ender's. */
+		if (!status && i < n && ended[i]) {
+			f->stats.cancelled++;
+			release(c->e[i]);
+		}
+		entry_free(c->e[i]);
+	}
+	free(c);
+	f->live--; /* the cancel */
+	f->live--; /* the hold */
+	maybe_free(f);
+}
+
+/* Ends the rows of c's entries; frees c and them when it cannot be sent. */
+static void cancel_send(struct gate_flow *f, struct cancel *c)
+{
+	struct gate_pg_call calls[GATE_PG_WRITE_MAX];
+	int rc;
+
+	for (uint32_t i = 0; i < c->n; i++) {
+		struct entry *e = c->e[i];
+		calls[i] = (struct gate_pg_call){ .call = e->call, .org = e->org };
+		to_dial(&e->dials[e->chosen], &calls[i].dial);
+	}
+	f->live++;
+	rc = gate_pg_cancel_written(f->pg, calls, c->n, f->deadline_ms, cancel_cb, c);
+	if (rc)
+		cancel_cb(f->pg, rc, NULL, c->n, c);
+}
+
 static void write_cb(struct gate_pg *g, const enum gate_pg_outcome *out, uint32_t n, void *data)
 {
 	struct batch *b = data;
 	struct gate_flow *f = b->f;
+	struct cancel *c = NULL;
 
 	(void)g;
 	f->live++; /* hold f while the entries go */
 	for (uint32_t i = 0; i < b->n; i++) {
 		struct entry *e = b->e[i];
 		enum gate_pg_outcome o = i < n ? out[i] : GATE_PG_FAILED;
-		if (o == GATE_PG_WRITTEN) {
+		if (o == GATE_PG_WRITTEN && e->cancelled) {
+			/* Written, but its caller will never dial it: end it now rather than
+			 * leave it dialing with its slots until the maximum-duration sweep. */
+			if (!c)
+				c = calloc(1, sizeof(*c));
+			if (c) {
+				c->f = f;
+				c->e[c->n++] = e;
+				continue;
+			}
+			log_error(LOG_GATE,
+				  "a call row written for a cancelled caller: out of memory;"
+				  " it stays dialing until the maximum-duration sweep");
+		} else if (o == GATE_PG_WRITTEN) {
 			struct gate_flow_result r = { .outcome = GATE_FLOW_ADMITTED,
 						      .call = e->call,
 						      .admit = &e->admit,
@@ -254,6 +323,8 @@ static void write_cb(struct gate_pg *g, const enum gate_pg_outcome *out, uint32_
 		entry_free(e);
 	}
 	free(b);
+	if (c)
+		cancel_send(f, c);
 	f->live--; /* the batch */
 	f->live--; /* the hold */
 	maybe_free(f);
@@ -411,6 +482,7 @@ void gate_flow_close(struct gate_flow *f, void (*closed_cb)(void *data), void *d
 			answer(e, -ECANCELED, NULL);
 			entry_free(e);
 		} else {
+			e->cancelled = true;
 			answer(e, -ECANCELED, NULL);
 		}
 	}

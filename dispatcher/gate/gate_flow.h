@@ -9,8 +9,23 @@
  * its own fences, and each call gets its own answer:
  *   GATE_FLOW_ADMITTED     the row is written (write GATE_PG_WRITTEN): dial it;
  *   GATE_FLOW_REFUSED      refused by Redis (admit.decisions say why): no row, nothing held;
- *   GATE_FLOW_HELD         Redis says the call id already holds a slot: nothing written,
- *                          nothing released (a retried call id: the caller's to settle);
+ *   GATE_FLOW_HELD         Redis says the call id already holds a slot (admit.campaign,
+ *                          admit.agent, admit.taken_ms: the slot record's): nothing taken,
+ *                          written or released. The slot is the caller's existing call with
+ *                          this id — an admission of it that is still in flight here or was
+ *                          answered before (a retry, a duplicate) — never a second call. The
+ *                          caller must not dial on this answer and must not release the slot:
+ *                          it follows that existing call, whose own answer settles it (ADMITTED:
+ *                          dial that one; NOT_WRITTEN: released or not as it says). If that
+ *                          answer was lost to the caller (a restart), the slot is settled
+ *                          without it: a written row is found dialing (the caller re-sends
+ *                          under the same Idempotency-Key, D1) and ends by its events or the
+ *                          maximum-duration sweep, which release it; a row never written makes
+ *                          the slot an orphan that the reconciler fences and releases once it
+ *                          is older than the write deadline and its margin (README-pg.md). A
+ *                          new dial needs a new call id. The flow does not settle HELD itself:
+ *                          the only way to tell "row coming" from "orphan" before the deadline
+ *                          is the fence, which would fail the existing call's write;
  *   GATE_FLOW_NOT_WRITTEN  admitted but the row was not written (write says why: stale epoch,
  *                          lease lost, fenced, deadline, failed). When the outcome releases
  *                          (gate_pg_outcome_releases()) gate_release() was sent before the
@@ -71,11 +86,12 @@ typedef void (*gate_flow_cb)(struct gate_flow *f, int status, const struct gate_
 			     void *data);
 
 struct gate_flow_stats {
-	uint64_t admits;   /* gate_flow_admit() accepted */
-	uint64_t batches;  /* gate_pg_write() calls sent */
-	uint64_t written;  /* calls answered ADMITTED */
-	uint64_t refused;  /* calls answered REFUSED */
-	uint64_t released; /* gate_release() sent for rows not written */
+	uint64_t admits;    /* gate_flow_admit() accepted */
+	uint64_t batches;   /* gate_pg_write() calls sent */
+	uint64_t written;   /* calls answered ADMITTED */
+	uint64_t refused;   /* calls answered REFUSED */
+	uint64_t released;  /* gate_release() sent for rows not written, or ended */
+	uint64_t cancelled; /* rows written for callers cancelled by close, ended at once */
 };
 
 /* Creates a flow. Returns 0, -EINVAL or -ENOMEM; *out is owned until gate_flow_close(). */
@@ -89,9 +105,13 @@ int gate_flow_admit(struct gate_flow *f, const struct gate_admit_req *req,
 
 /* Closes the flow: every call not answered yet is answered -ECANCELED from inside this call; an
  * admission admitted later by Redis, or queued and not written, is released; a write in flight
- * completes and its unwritten calls are released, but a row it does write stays (state dialing,
- * slots held) though its caller was answered -ECANCELED: nothing here ends it (open, issue 8). closed_cb (may be NULL) is called when nothing
- * of the flow is pending any more; then the flow is freed. */
+ * completes and its unwritten calls are released. A row it does write belongs to a caller that
+ * was answered -ECANCELED and will never dial it: it is ended at once (gate_pg_cancel_written():
+ * state ended, outcome 'refused', reason 'cancelled before dial', its contact back to pending
+ * with no attempt charged while its lease token still matches), then its slots are released —
+ * all before closed_cb. Only if that statement fails (logged) does the row stay dialing with
+ * its slots until the maximum-duration sweep. closed_cb (may be NULL) is called when nothing of
+ * the flow is pending any more; then the flow is freed. Close the flow before the pool. */
 void gate_flow_close(struct gate_flow *f, void (*closed_cb)(void *data), void *data);
 
 void gate_flow_get_stats(const struct gate_flow *f, struct gate_flow_stats *out);

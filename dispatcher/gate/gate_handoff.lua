@@ -13,6 +13,7 @@
 -- ARGV: gen op worker ttl_ms deadline_ms max
 -- Reply: {woken, passed, dropped, receivers, now_ms, k}
 
+-- @include gate_wc.lua.inc
 -- @include gate_wake.lua.inc
 
 local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
@@ -52,18 +53,15 @@ local x = {state = state, wait = KEYS[4], bwait = KEYS[5], wq = KEYS[6], wc = KE
 	valid = o[8] > 0 and now < o[9], slim = slim, srun = srun, woken = 0, passed = 0,
 	dropped = 0, receivers = 0, alive = {}, last = ''}
 if op == 'unwait' then
-	local c, rec = '*', redis.call('HGET', KEYS[4], worker)
+	local direct, rec = true, redis.call('HGET', KEYS[4], worker)
 	if not rec then
-		rec = redis.call('HGET', KEYS[5], worker)
-		c = rec and string.match(rec, '^([^|]*)')
+		direct, rec = false, redis.call('HGET', KEYS[5], worker)
 	end
 	if rec then
-		local since = string.match(rec, '^[^|]*|(%d+)')
 		if redis.call('ZSCORE', KEYS[8], worker) then
 			n = 1 -- it had been woken: its line goes to the next waiter
 		end
-		hw_drop(x, c, worker, since and (c .. '|' .. string.format('%013d', tonumber(since)) ..
-			'|' .. worker))
+		hw_drop(x, direct, worker, rec) -- every queue it waits in (gate_wc.lua.inc)
 		x.dropped = 1
 	end
 end

@@ -4,7 +4,9 @@
 -- its floor), then rebuilds the shortfall aggregates (org shortfall, each agent's) from the
 -- floors, the running counts and the campaigns' agents: O(campaigns), once per install, as
 -- fairshare_gate_install(). Running counts are never touched (nothing is pre-empted, R13).
--- KEYS: gen_key state
+-- The waking order (:wc, gate_wc.lua.inc) follows: the campaigns with waiters are re-scored, a
+-- full install all of them (O(waiting campaigns x log n)), a delta only those it changes.
+-- KEYS: gen_key state wc
 -- ARGV: gen kind version ...
 --   kind "limits": org_limit per_agent enforced, then (campaign ceiling agent) triples;
 --                  per_agent 0 = unset, enforced 1/0, ceiling "" = none, agent "" = none
@@ -16,6 +18,8 @@
 -- Reply: {applied, version, now_ms, floors_expire_ms, shortfall}
 --   applied 1, or 0 when version is not newer, or (delta) the stored version is not
 --   base_version (version is then the stored one: the caller installs in full)
+
+-- @include gate_wc.lua.inc
 
 local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
 local CF, AF = '<I4I4I4B', '<I4d'
@@ -106,6 +110,9 @@ if kind == 'delta' then
 				set[#set + 1] = struct.pack(CF, r, floors[n], ceil, known) .. sag
 			elseif raw then
 				del[#del + 1] = fields[n]
+			end
+			if ids[n] ~= '*' and floors[n] ~= f then -- only when it has waiters (XX)
+				redis.call('ZADD', KEYS[3], 'XX', wc_score(r, floors[n], ceil, known), ids[n])
 			end
 		end
 	end
@@ -230,4 +237,10 @@ for a, e in pairs(agents) do
 end
 chunked('HDEL', del, CHUNK)
 chunked('HSET', set, 2 * CHUNK)
+-- The waking order under the new floors or limits: every campaign with waiters re-scored.
+local waiting = redis.call('ZRANGE', KEYS[3], 0, -1)
+for i = 1, #waiting do
+	local e = camps[waiting[i]] or {r = 0, f = 0, ceil = 0, known = 0}
+	redis.call('ZADD', KEYS[3], 'XX', wc_score(e.r, e.f, e.ceil, e.known), waiting[i])
+end
 return {1, version, now, o[9], S}

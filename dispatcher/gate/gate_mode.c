@@ -24,11 +24,14 @@ struct gate_mode_ctl {
 	bool reading;	  /* a mode read in flight */
 	bool reread;	  /* asked for while reading: that read may predate the change */
 	bool gen_reading; /* a generation read in flight */
-	/* The worker's Redis connection has reported up at least once. Before that, a failed
-	 * generation read is a connection still being made, not Redis unreachable: the controller
-	 * waits (GRACE_TRIES retries) rather than switch the fleet at every worker's start. */
-	bool redis_seen_up;
-	unsigned unseen_tries;
+	/* The worker's Redis connection as its events said (up: an UP not followed by a DOWN).
+	 * While it is not up, a failed generation read is a connection still being made (at the
+	 * worker's start, or after an outage that ended while this worker was in its reconnect
+	 * backoff), not Redis unreachable under this epoch: the controller waits up to up_wait_ms
+	 * for the up rather than switch the fleet (a DOWN during a redis epoch switches at once). */
+	bool conn_up;
+	bool up_waiting;
+	uint64_t up_wait_since; /* uv_now() when the wait began */
 	/* system_settings.gate_generation as read at committed_epoch (0: not read at s.epoch): the
 	 * only {sys}:gen adopted in redis mode at that epoch. */
 	uint64_t committed_epoch;
@@ -39,17 +42,25 @@ static void evaluate(struct gate_mode_ctl *c);
 static void read_mode(struct gate_mode_ctl *c);
 static void retry_later(struct gate_mode_ctl *c);
 
-/* Retries while the connection has never been up: 8 x retry_ms (4 s by default), longer than
- * one connect attempt, so a worker that starts beside a live Redis never switches the fleet; a
- * Redis that is really down is still noticed after it. */
-#define GRACE_TRIES 8
-
-/* True when a failed generation read should wait for the first up instead of switching. */
+/* True when a failed generation read should wait for the connection's up instead of
+ * switching: the connection is not up and has not been waited for up_wait_ms yet (longer than
+ * a reconnect backoff and a connect, so a worker that starts, or comes back after the way back,
+ * beside a live Redis never switches the fleet; a Redis that is really down for this worker is
+ * still noticed after it). */
 static bool wait_first_up(struct gate_mode_ctl *c)
 {
-	if (c->redis_seen_up || c->unseen_tries >= GRACE_TRIES)
+	uint64_t now = uv_now(c->o.loop);
+
+	if (c->conn_up)
 		return false;
-	c->unseen_tries++;
+	if (!c->up_waiting) {
+		c->up_waiting = true;
+		c->up_wait_since = now;
+	}
+	if (now - c->up_wait_since >= c->o.up_wait_ms) {
+		MLOG(LOG_WARN, "Redis connection not up after %" PRIu64 " ms", c->o.up_wait_ms);
+		return false;
+	}
 	retry_later(c);
 	return true;
 }
@@ -83,8 +94,10 @@ static void set_mode(struct gate_mode_ctl *c, struct gate_pg_mode m)
 
 	if (m.epoch < c->s.epoch || (m.epoch == c->s.epoch && m.mode == c->s.mode))
 		return;
-	if (m.epoch != c->s.epoch)
+	if (m.epoch != c->s.epoch) {
 		c->want_switch = false;
+		c->up_waiting = false; /* a new epoch: a new wait for the up */
+	}
 	c->s.mode = m.mode;
 	c->s.epoch = m.epoch;
 	c->s.usable = m.mode == GATE_MODE_POSTGRES;
@@ -297,6 +310,8 @@ int gate_mode_new(const struct gate_mode_options *o, struct gate_mode_ctl **out)
 		c->o.switch_wait_ms = GATE_PG_WRITE_DEADLINE_MS;
 	if (!c->o.retry_ms)
 		c->o.retry_ms = 500;
+	if (!c->o.up_wait_ms)
+		c->o.up_wait_ms = GATE_MODE_UP_WAIT_MS;
 	uv_timer_init(o->loop, &c->timer);
 	c->timer.data = c;
 	*out = c;
@@ -333,16 +348,44 @@ static void trigger(struct gate_mode_ctl *c, uint64_t epoch, const char *why)
 	evaluate(c);
 }
 
+/* Up on a new run_id in redis mode. Either the server changed under this epoch (a restart or a
+ * failover that may have lost slot records: every worker connected meanwhile saw its connection
+ * go down and asked for the switch), or this worker's connection was down across the epochs and
+ * comes back to the server the reconciler rebuilt for this one (the way back wrote {sys}:gen on
+ * it and committed that generation with the epoch). Not usable until it is settled like a
+ * GATE_ELOST: the mode and its committed generation read again from PostgreSQL (a switch
+ * committed meanwhile is seen), then {sys}:gen from this server; exactly the committed one is
+ * adopted, anything else (missing, another, a stale reconciler's) switches (gen_cb). */
+static void new_server(struct gate_mode_ctl *c)
+{
+	struct gate_mode_state old = c->s;
+
+	if (c->s.mode != GATE_MODE_REDIS || c->want_switch || c->s.switching)
+		return;
+	MLOG(LOG_WARN,
+	     "Redis up on a new server (run_id) in redis mode at epoch %" PRIu64
+	     ": checking its generation",
+	     c->s.epoch);
+	c->s.usable = false;
+	c->committed_epoch = 0; /* read the mode and the committed generation again */
+	changed(c, old);
+	evaluate(c);
+}
+
 void gate_mode_redis_event(struct gate_mode_ctl *c, const struct redis_conn_event *ev)
 {
 	if (c->closing)
 		return;
-	if (ev->type == REDIS_CONN_UP)
-		c->redis_seen_up = true;
+	if (ev->type == REDIS_CONN_UP) {
+		c->conn_up = true;
+		c->up_waiting = false;
+	} else if (ev->type == REDIS_CONN_DOWN) {
+		c->conn_up = false;
+	}
 	if (ev->type == REDIS_CONN_DOWN) {
 		trigger(c, c->s.epoch, "Redis connection down");
 	} else if (ev->type == REDIS_CONN_UP && ev->new_server) {
-		trigger(c, c->s.epoch, "Redis up on a new server (run_id)");
+		new_server(c);
 	} else if (ev->type == REDIS_CONN_UP && c->s.mode == GATE_MODE_REDIS && !c->s.usable) {
 		evaluate(c);
 	}

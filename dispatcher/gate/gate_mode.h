@@ -4,9 +4,18 @@
  *
  * It switches (gate_pg_switch_to_postgres(), compare-and-set on the epoch it saw, so a fleet
  * that notices together moves the epoch once) when, in redis mode:
- *   - the Redis connection goes down (gate_mode_redis_event(), REDIS_CONN_DOWN);
+ *   - the Redis connection goes down (gate_mode_redis_event(), REDIS_CONN_DOWN): a worker
+ *     connected during the redis epoch sees every restart or failover of its server;
  *   - it comes up on a new server (new_server: a restart or a failover may have lost slot
- *     records, README.md "Generation"), or with no generation at all;
+ *     records, README.md "Generation") whose {sys}:gen is not exactly the generation committed
+ *     for the current epoch (missing, another, a stale reconciler's). The controller is not
+ *     usable meanwhile: it re-reads the mode with its committed generation, then {sys}:gen, and
+ *     adopts a server holding exactly the committed one without a switch — the server the way
+ *     back rebuilt while this worker's connection was still down (it was down across the
+ *     switch and the rebuild: without this the fleet would switch back at every restart);
+ *   - the generation cannot be read while the connection is up, or its connection is not up
+ *     after up_wait_ms in a redis epoch (a worker still in its reconnect backoff when the way
+ *     back commits waits for its up instead of switching the fleet back);
  *   - the worker reports a gate operation that failed with a command deadline (-ETIMEDOUT), a
  *     lost connection (-ENOTCONN, -ECONNRESET) or GATE_ELOST (gate_mode_report()). For
  *     GATE_ELOST it first re-reads the system generation: if it is exactly the one the rebuild
@@ -32,6 +41,8 @@
 
 #include <uv.h>
 
+#define GATE_MODE_UP_WAIT_MS 10000u /* default up_wait_ms: 5 s backoff cap + 2 s connect, doubled */
+
 struct gate_mode_ctl;
 
 struct gate_mode_state {
@@ -51,6 +62,11 @@ struct gate_mode_options {
 	struct gate *gate;	 /* the worker's Redis gate, borrowed: its generation is set here */
 	uint64_t switch_wait_ms; /* the switch's wait for the epoch lock (0: 2000) */
 	uint64_t retry_ms;	 /* re-read / retry after a failure (0: 500) */
+	/* How long a failed generation read waits for the connection's up when the connection
+	 * is not up (the worker's start, or its reconnect backoff outlasting the outage) before
+	 * it counts as Redis unreachable (0: GATE_MODE_UP_WAIT_MS; more than the connection's
+	 * reconnect_max_ms + connect_timeout_ms). */
+	uint64_t up_wait_ms;
 	gate_mode_change_cb change_cb; /* may be NULL */
 	void *data;
 };

@@ -7,11 +7,14 @@
 -- decision counters are kept. The system running count moves by the difference between the
 -- new org count and the old one when the org was already built under G (otherwise the old
 -- calls were never counted under G: gate_system_init.lua reset the system count).
--- KEYS: gen_key org_gen state slots wait sys
+-- The waking order (:wc, gate_wc.lua.inc) is re-scored under the new running counts.
+-- KEYS: gen_key org_gen state slots wait sys wc
 -- ARGV: gen ...
 --   ... (call campaign agent taken_ms) per live call: campaign "*" = direct, agent "" = none;
 --       a call id listed twice counts once
 -- Reply: {records, old_running, new_running}
+
+-- @include gate_wc.lua.inc
 
 local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
 local CF, AF, SF = '<I4I4I4B', '<I4d', '<I4I4d'
@@ -106,6 +109,12 @@ local sv = redis.call('HGET', sys, 'v')
 if sv then
 	local limit, running, version = struct.unpack(SF, sv)
 	redis.call('HSET', sys, 'v', struct.pack(SF, limit, math.max(running + n - old, 0), version))
+end
+local waiting = redis.call('ZRANGE', KEYS[7], 0, -1)
+for i = 1, #waiting do
+	local e = camps[waiting[i]]
+	e = e or {r = 0, f = 0, ceil = 0, known = 0}
+	redis.call('ZADD', KEYS[7], 'XX', wc_score(e.r, e.f, e.ceil, e.known), waiting[i])
 end
 redis.call('SET', org_gen, ARGV[1])
 return {n, old, n}

@@ -4,6 +4,7 @@
 #include "gate_pg_int.h"
 
 #include "error.h"
+#include "gate_pg_sql.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -105,6 +106,7 @@ const struct stmt_def gate_pg_stmts[] = {
 	  " - make_interval(secs => $1::double precision) RETURNING 1),"
 	  " w AS (DELETE FROM gate_direct_waiters WHERE expires_at < now() RETURNING 1)"
 	  " SELECT (SELECT count(*) FROM f) + (SELECT count(*) FROM w)" },
+	{ ST_CANCEL, 3, SQL_GATE_PG_CANCEL },
 };
 const size_t gate_pg_n_stmts = sizeof(gate_pg_stmts) / sizeof(gate_pg_stmts[0]);
 
@@ -654,5 +656,90 @@ int gate_pg_fence(struct gate_pg *g, const char *const *calls, const char *const
 		rc = -ENOMEM;
 	pgarr_free(&ids);
 	pgarr_free(&os);
+	return rc;
+}
+
+/* --- ending rows written for cancelled callers --- */
+
+struct cancel_op {
+	struct gate_pg *g;
+	gate_pg_cancel_cb cb;
+	void *data;
+	uint32_t n;
+	bool ended[];
+};
+
+static void cancel_done_cb(int status, const struct pg_results *r, void *data)
+{
+	struct cancel_op *op = data;
+	struct gate_pg *g = op->g;
+	const PGresult *res = status == 0 ? r->res[3] : NULL;
+
+	if (res && (PQntuples(res) != (int)op->n || PQnfields(res) != 1))
+		status = -EPROTO;
+	if (status == DSP_EPG && gate_pg_is_timeout(gate_pg_sqlstate(status, r)))
+		status = -ETIMEDOUT;
+	else if (status == DSP_EPG)
+		GLOG(LOG_ERROR, "ending cancelled calls refused: %s",
+		     r->error ? PQresultErrorMessage(r->error) : "?");
+	if (status) {
+		op->cb(g, status, NULL, op->n, op->data);
+		free(op);
+		return;
+	}
+	for (uint32_t i = 0; i < op->n; i++) {
+		op->ended[i] = PQgetvalue(res, (int)i, 0)[0] == 't';
+		if (op->ended[i])
+			g->stats.cancelled++;
+	}
+	op->cb(g, 0, op->ended, op->n, op->data);
+	free(op);
+}
+
+int gate_pg_cancel_written(struct gate_pg *g, const struct gate_pg_call *calls, uint32_t n,
+			   uint64_t deadline_ms, gate_pg_cancel_cb cb, void *data)
+{
+	struct pgarr a[3];
+	struct cancel_op *op;
+	char budget[24];
+	int rc;
+
+	if (!g || !cb)
+		return -EINVAL;
+	rc = gate_pg_calls_check(calls, n);
+	if (rc)
+		return rc;
+	if (deadline_ms == 0)
+		return -ETIMEDOUT;
+	op = calloc(1, sizeof(*op) + n * sizeof(op->ended[0]));
+	if (!op)
+		return -ENOMEM;
+	*op = (struct cancel_op){ .g = g, .cb = cb, .data = data, .n = n };
+	for (int k = 0; k < 3; k++)
+		pgarr_init(&a[k]);
+	for (uint32_t i = 0; i < n; i++) {
+		bool direct = calls[i].dial.contact == 0;
+		pgarr_text(&a[0], calls[i].call);
+		pgarr_int(&a[1], calls[i].dial.contact, direct);
+		pgarr_int(&a[2], calls[i].dial.lease_token, direct);
+	}
+	const char *cv[3] = { pgarr_end(&a[0]), pgarr_end(&a[1]), pgarr_end(&a[2]) };
+	gate_pg_ms(budget, deadline_ms);
+	const char *bv[] = { budget };
+	/* Bounded and ordered like the write: budget, the epoch lock shared, the budget again
+	 * (what is left), then the statement, whose snapshot follows the lock. */
+	struct pg_query q[] = {
+		{ .stmt = g->st[ST_BUDGET], .nparams = 1, .values = bv },
+		{ .stmt = g->st[ST_LOCK_SHARED] },
+		{ .stmt = g->st[ST_BUDGET], .nparams = 1, .values = bv },
+		{ .stmt = g->st[ST_CANCEL], .nparams = 3, .values = cv },
+	};
+	rc = cv[0] && cv[1] && cv[2]
+		     ? pg_pool_batch(g->pool, PG_LANE_NORMAL, q, 4, cancel_done_cb, op)
+		     : -ENOMEM;
+	for (int k = 0; k < 3; k++)
+		pgarr_free(&a[k]);
+	if (rc)
+		free(op);
 	return rc;
 }

@@ -114,6 +114,7 @@ struct gate_pg_stats {
 	uint64_t admissions;			  /* postgres-mode transactions completed */
 	uint64_t decisions; /* postgres-mode decisions (candidates evaluated) */
 	uint64_t releases;  /* call rows ended by gate_pgmode_release() */
+	uint64_t cancelled; /* call rows ended by gate_pg_cancel_written() */
 };
 
 /* Creates the PostgreSQL side of the gate over pool (borrowed; not started yet: the statements
@@ -149,6 +150,27 @@ typedef void (*gate_pg_write_cb)(struct gate_pg *g, const enum gate_pg_outcome *
  * refusal (-ENOTCONN, -EAGAIN, -ESHUTDOWN): nothing was sent, release every call. */
 int gate_pg_write(struct gate_pg *g, enum gate_mode mode, uint64_t epoch, uint64_t deadline_ms,
 		  const struct gate_pg_call *calls, uint32_t n, gate_pg_write_cb cb, void *data);
+
+/* status 0: ended[i] says whether calls[i]'s row was ended by this call (false: it is not
+ * dialing any more, or was never written: nothing to do for it here). Otherwise (-ETIMEDOUT:
+ * not done within the deadline; DSP_EPG, a transport error, -ECANCELED) ended is NULL, and
+ * nothing was ended — or, for a lost connection, nothing is known: the rows may stay dialing
+ * until the maximum-duration sweep. */
+typedef void (*gate_pg_cancel_cb)(struct gate_pg *g, int status, const bool *ended, uint32_t n,
+				  void *data);
+
+/* Ends the call rows of calls[0..n) — written by gate_pg_write() (GATE_PG_WRITTEN) but never to
+ * be dialled, because their caller gave up while the write was in flight — as the calls they
+ * are: state ended, outcome 'refused', outcome_reason 'cancelled before dial', ended_at now,
+ * only while still dialing with no provider call; each batch contact back to pending with no
+ * attempt or try charged and its claim cleared, only while it is dialing under calls[i]'s lease
+ * token. Fenced as the write is (budget, the shared epoch lock, a statement whose snapshot
+ * follows it; the contact's lease re-checked under its row lock), bounded on the server by
+ * deadline_ms. The caller releases the Redis slots of the rows ended, after cb (a row leaves
+ * the live states before its slot is released). Returns 0 (cb will be called), -EINVAL (as
+ * gate_pg_write()), -ETIMEDOUT (deadline_ms is 0), -ENOMEM or the pool's refusal. */
+int gate_pg_cancel_written(struct gate_pg *g, const struct gate_pg_call *calls, uint32_t n,
+			   uint64_t deadline_ms, gate_pg_cancel_cb cb, void *data);
 
 /* Whether a call with this outcome must have its slots released now. */
 bool gate_pg_outcome_releases(enum gate_pg_outcome o);

@@ -31,6 +31,7 @@ enum stmt_id {
 	ST_ORG_LIVE,
 	ST_CALL_ROWS,
 	ST_PRUNE,
+	ST_CANCEL, /* ends rows written for cancelled callers (gate_pg_sql.h) */
 	/* gate_pgmode.c */
 	ST_ORG_LOCK,
 	ST_SCALARS,

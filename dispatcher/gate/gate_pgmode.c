@@ -72,23 +72,34 @@ const struct stmt_def gate_pgmode_stmts[] = {
 	  " ON CONFLICT (org_id) DO UPDATE SET version = EXCLUDED.version,"
 	  " installed_at = EXCLUDED.installed_at, expires_at = EXCLUDED.expires_at"
 	  " WHERE fair_share_installs.version < EXCLUDED.version RETURNING version" },
+	/* The floors rows (campaigns with a floor or in the active set): only those whose floor or
+	 * active flag changed are written, the others deleted; the exact carries of every entry
+	 * in one row per org (migrations/0004_refresh_notify.sql). Every CTE reads the snapshot
+	 * of the statement's start, so the join sees the rows as they were. */
 	{ ST_INSTALL_FLOORS, 9,
 	  "WITH ok AS (SELECT EXISTS (SELECT 1 FROM fair_share_installs WHERE org_id = $1::text"
 	  " AND version = $2::bigint) AS v),"
-	  " i AS (SELECT * FROM unnest($3::text[], $4::int[], $5::bool[], $6::bigint[],"
-	  " $7::bigint[], $8::bigint[], $9::bigint[]) AS t(campaign_id, floor, active, deficit_us,"
-	  " fluid_num, fluid_den, idle_ms)),"
+	  " i AS (SELECT * FROM unnest($3::text[], $4::int[], $5::bool[]) AS t(campaign_id, floor,"
+	  " active) WHERE floor > 0 OR active),"
 	  " d AS (DELETE FROM fair_share_floors f WHERE f.org_id = $1::text AND (SELECT v FROM ok)"
 	  " AND f.campaign_id NOT IN (SELECT campaign_id FROM i)),"
 	  " u AS (INSERT INTO fair_share_floors (org_id, campaign_id, floor, version, computed_at,"
-	  " active, deficit_us, fluid_num, fluid_den, idle_ms)"
-	  " SELECT $1::text, campaign_id, floor, $2::bigint, now(), active, deficit_us, fluid_num,"
-	  " fluid_den, idle_ms FROM i WHERE (SELECT v FROM ok)"
+	  " active)"
+	  " SELECT $1::text, i.campaign_id, i.floor, $2::bigint, now(), i.active FROM i"
+	  " LEFT JOIN fair_share_floors f ON f.org_id = $1::text AND f.campaign_id = i.campaign_id"
+	  " WHERE (SELECT v FROM ok) AND (f.floor IS DISTINCT FROM i.floor"
+	  " OR f.active IS DISTINCT FROM i.active)"
 	  " ON CONFLICT (org_id, campaign_id) DO UPDATE SET floor = EXCLUDED.floor,"
 	  " version = EXCLUDED.version, computed_at = EXCLUDED.computed_at,"
-	  " active = EXCLUDED.active, deficit_us = EXCLUDED.deficit_us,"
-	  " fluid_num = EXCLUDED.fluid_num, fluid_den = EXCLUDED.fluid_den,"
-	  " idle_ms = EXCLUDED.idle_ms)"
+	  " active = EXCLUDED.active),"
+	  " c AS (INSERT INTO fair_share_carries (org_id, version, campaign_ids, floors,"
+	  " deficit_us, fluid_num, fluid_den, idle_ms)"
+	  " SELECT $1::text, $2::bigint, $3::text[], $4::int[], $6::bigint[], $7::bigint[],"
+	  " $8::bigint[], $9::bigint[] WHERE (SELECT v FROM ok)"
+	  " ON CONFLICT (org_id) DO UPDATE SET version = EXCLUDED.version,"
+	  " campaign_ids = EXCLUDED.campaign_ids, floors = EXCLUDED.floors,"
+	  " deficit_us = EXCLUDED.deficit_us, fluid_num = EXCLUDED.fluid_num,"
+	  " fluid_den = EXCLUDED.fluid_den, idle_ms = EXCLUDED.idle_ms)"
 	  " SELECT (SELECT v FROM ok)" },
 };
 const size_t gate_pgmode_n_stmts = sizeof(gate_pgmode_stmts) / sizeof(gate_pgmode_stmts[0]);

@@ -125,8 +125,10 @@ struct gate_pgmode_floor {
 typedef void (*gate_pgmode_install_cb)(struct gate_pg *g, int status, bool applied, void *data);
 
 /* Installs an organisation's floors in PostgreSQL under version (the same packed version as
- * the Redis install), valid for ttl_ms of PostgreSQL time, replacing every floor row of the org,
- * when version is newer than the installed one. Returns 0, -EINVAL (bad ids, version 0, n over
+ * the Redis install), valid for ttl_ms of PostgreSQL time, when version is newer than the
+ * installed one: the org's fair_share_floors rows become those of floors[] with a floor or
+ * active (only changed rows written), and every entry's carry is stored in the org's
+ * fair_share_carries row (migration 0004). Returns 0, -EINVAL (bad ids, version 0, n over
  * FAIRSHARE_CAMPAIGNS_MAX, a campaign twice) or the pool's refusal. */
 int gate_pgmode_install_floors(struct gate_pg *g, const char *org, uint64_t version,
 			       uint64_t ttl_ms, const struct gate_pgmode_floor *floors, uint32_t n,

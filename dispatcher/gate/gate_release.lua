@@ -6,15 +6,22 @@
 -- the campaign's agent as installed.
 -- A freed line wakes the one waiter the rule would admit (gate_wake.lua.inc, C9): PUBLISH to its
 -- worker's channel, in this same script.
+-- Demand below floor (issue 8 item 3): a release that leaves a batch campaign below its valid
+-- floor while no waiter of it is queued (nor woken by this release) PUBLISHes the org id on
+-- dsp:v1:refresh, so the refresher recomputes at once; at most once per org per 100 ms (Redis
+-- time of the last one in the state field refresh_ms, text; no TTL).
 -- KEYS: gen_key state slots sys wait bwait wq wc wdl workers
 -- ARGV: gen call deadline_ms
 --   deadline_ms  how long a woken waiter has to take its line before the wake passes on
--- Reply: {outcome, campaign, agent, taken_ms, now_ms, woken, passed, receivers, woken_call}
+-- Reply: {outcome, campaign, agent, taken_ms, now_ms, woken, passed, receivers, woken_call,
+--         refresh}
 --   outcome 1 freed, 0 not held (campaign, agent "" and taken_ms 0), -1 range
 --   woken      waiters woken (0 or 1, plus one per expired wake passed on)
 --   passed     expired wakes passed on; receivers: subscribers the PUBLISHes reached
 --   woken_call the last woken waiter's call id ("" for none)
+--   refresh    1 when this release published demand below floor on dsp:v1:refresh, else 0
 
+-- @include gate_wc.lua.inc
 -- @include gate_wake.lua.inc
 
 local OF = '<I4I4BI4dI4ddddd' .. string.rep('I4', 7)
@@ -93,7 +100,7 @@ put('c:' .. c, r > 0 or f > 0 or known == 1, struct.pack(CF, r, f, ceil, known) 
 -- Anyone queued or woken in this org? (one EXISTS: a release without waiters pays only this)
 local waiting = redis.call('EXISTS', KEYS[7], KEYS[9]) > 0
 if waiting and c ~= '*' then
-	redis.call('ZADD', KEYS[8], 'XX', r - f, c) -- its place in the waking order
+	redis.call('ZADD', KEYS[8], 'XX', wc_score(r, f, ceil, known), c) -- its place in C9's order
 end
 if ag ~= '' then
 	put('a:' .. ag, ar > 0 or as > 0, struct.pack(AF, ar, as))
@@ -103,10 +110,21 @@ if #del > 0 then
 end
 redis.call('HDEL', slots, call)
 redis.call('HSET', sys, 'v', struct.pack(SF, sys_limit, sys_running - 1, sys_version))
+-- Demand below floor: this campaign is short, and (checked after the wake) nobody of it waits.
+local short = c ~= '*' and r < f and o[8] > 0 and now < o[9]
+local function refresh()
+	local last = tonumber(redis.call('HGET', state, 'refresh_ms') or '')
+	if last and now >= last and now - last < 100 then
+		return 0
+	end
+	redis.call('HSET', state, 'refresh_ms', string.format('%d', now))
+	redis.call('PUBLISH', 'dsp:v1:refresh', string.match(state, '{o:([^}]*)}'))
+	return 1
+end
 if not waiting then
 	set[2] = struct.pack(OF, unpack(o, 1, 18))
 	redis.call('HSET', state, unpack(set))
-	return {1, c, ag, taken, now, 0, 0, 0, ''}
+	return {1, c, ag, taken, now, 0, 0, 0, '', short and refresh() or 0}
 end
 if #set > 2 then
 	redis.call('HSET', state, unpack(set, 3))
@@ -120,4 +138,5 @@ local x = {state = state, wait = KEYS[5], bwait = KEYS[6], wq = KEYS[7], wc = KE
 handoff_wake(x, 1)
 o[6] = x.k
 redis.call('HSET', state, 'org', struct.pack(OF, unpack(o, 1, 18)))
-return {1, c, ag, taken, now, x.woken, x.passed, x.receivers, x.last}
+short = short and x.last_c ~= c and not redis.call('ZSCORE', KEYS[8], c)
+return {1, c, ag, taken, now, x.woken, x.passed, x.receivers, x.last, short and refresh() or 0}

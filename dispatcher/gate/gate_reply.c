@@ -136,10 +136,12 @@ static int parse_admit(const struct gate_req *req, const redisReply *r,
 static int parse_release(const struct gate_req *req, const redisReply *r,
 			 struct gate_release_result *res)
 {
-	long long v[8] = { 0 };
+	long long v[10] = { 0 };
 
 	if (!int_at(r, 0, &v[0]) || v[0] < -1 || v[0] > 1 || !str_at(r, 1) || !str_at(r, 2) ||
-	    !ints(r, 3, &v[3], 2) || (r->elements > 5 && (!ints(r, 5, &v[5], 3) || !str_at(r, 8))))
+	    !ints(r, 3, &v[3], 2) ||
+	    (r->elements > 5 && (!ints(r, 5, &v[5], 3) || !str_at(r, 8))) ||
+	    (r->elements > 9 && !int_at(r, 9, &v[9])))
 		return gate_reply_malformed(req, "release");
 	*res = (struct gate_release_result){
 		.outcome = v[0] == 1   ? GATE_FREED
@@ -153,6 +155,7 @@ static int parse_release(const struct gate_req *req, const redisReply *r,
 		.passed = (uint32_t)v[6],
 		.receivers = (uint32_t)v[7],
 		.woken_call = r->elements > 5 ? id_or_null(str_at(r, 8)) : NULL,
+		.refresh = v[9] == 1,
 	};
 	if (res->outcome == GATE_RANGE)
 		LOG_REQ(LOG_ERROR, req,

@@ -11,6 +11,7 @@
 -- Reply: {added, record}: 1 and the record written, or 0 and the record the call already has
 -- Errors: GATE NOSYSTEM, GATE OVERFLOW, GATE ARGS <what>.
 
+-- @include gate_wc.lua.inc
 -- @include gate_acquire.lua.inc
 
 local OF = '<I4I4BI4dI4dddddI4I4I4I4I4I4I4'

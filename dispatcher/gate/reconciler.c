@@ -1029,6 +1029,18 @@ static void pass_gen_cb(int status, const char *gen, size_t len, void *data)
 	}
 	memcpy(buf, gen, len);
 	buf[len] = '\0';
+	/* Only under the generation committed for this epoch (read with the mode): anything else
+	 * — a stale reconciler's late rebuild, an older snapshot, no recorded generation — is not
+	 * the state this epoch was built as. Nothing is built or corrected under it, and the fleet
+	 * switches (its workers refuse it too, gate_mode.h). */
+	if (strcmp(buf, r->mode.generation) != 0) {
+		r->stats.foreign_gen++;
+		RLOG(LOG_WARN, NULL,
+		     "{sys}:gen %s is not the generation committed for epoch %" PRIu64 " (%s)", buf,
+		     r->mode.epoch, r->mode.generation[0] ? r->mode.generation : "none recorded");
+		state_lost(r, NULL);
+		return;
+	}
 	gate_set_generation(r->g, buf);
 	r->org_i = 0;
 	pass_org(r);

@@ -14,13 +14,17 @@
  *    pipelined on one connection, and commits with gate_pg_rebuild_finish() (mode redis,
  *    epoch + 1). Any failure rolls back: the fleet stays in postgres mode and the next run
  *    tries again.
- *  - redis mode: per organisation, the three reads of core/reconcile.h (live calls, slot
+ *  - redis mode: first {sys}:gen, which must be exactly the generation committed for the
+ *    current epoch (system_settings.gate_generation, read with the mode): otherwise nothing is
+ *    built or corrected and the fleet switches to postgres mode (GATE_ELOST, stats.foreign_gen
+ *    and lost). Then per organisation, the three reads of core/reconcile.h (live calls, slot
  *    records with Redis time, the rows of every id seen), reconcile_plan(), and its actions:
  *    RELEASE → gate_release(); FENCE → gate_pg_fence() and gate_release() of those fenced;
  *    ADD → gate_slot_add() (the live call's slot put back, no limit check: the call exists).
  *    A GATE_ELOST answer switches the fleet to postgres mode (gate_pg_switch_to_postgres() at the epoch read),
  *    except for an org never built in Redis (no live call, no :gen, no :slots: created after
- *    the last rebuild), which is built empty and given its limits.
+ *    the last rebuild), which is built empty under the committed generation and given its
+ *    limits.
  *
  * Connections (all borrowed; they must outlive the reconciler): a pool on which
  * reconciler_new() prepares its statements (so before pg_pool_start()), the gate_pg on that
@@ -73,6 +77,8 @@ struct reconciler_stats {
 	uint64_t young;		   /* YOUNG: records without a row kept (write may be in flight) */
 	uint64_t lost;		   /* GATE_ELOST seen: the fleet switched to postgres mode */
 	uint64_t created;	   /* orgs never built in Redis (no state, no live call) built */
+	uint64_t foreign_gen;	   /* passes stopped: {sys}:gen not the one committed for the epoch
+			       * (counted in lost too: the fleet switched) */
 };
 
 /* status 0: the run completed (whatever it found); otherwise why it stopped. */

@@ -5,6 +5,7 @@
 #include "fairshare.h"
 #include "gate_pgmode.h"
 #include "log.h"
+#include "redis_sub.h"
 #include "refresher_sql.h"
 
 #include <inttypes.h>
@@ -14,7 +15,7 @@
 
 #define SEQ_LIMIT (1ull << 26) /* gate_floors_version()'s seq bound */
 
-enum { ST_LEASE, ST_ORGS, ST_ORG, ST_CAMPAIGNS, ST_WAITING, ST_DIRECT, ST_COUNT };
+enum { ST_LEASE, ST_ORGS, ST_ORG, ST_CAMPAIGNS, ST_WAITING, ST_CARRIES, ST_COUNT };
 
 /* A campaign as read; strings are offsets into the text arena. */
 struct camp {
@@ -51,8 +52,12 @@ struct refresher {
 	char owner[128];
 	const struct pg_stmt *st[ST_COUNT];
 	uv_timer_t timer;
-	bool started, closing, timer_closed, again;
-	int pending; /* requests in flight */
+	uv_timer_t kick_timer; /* a kicked cycle, REFRESHER_KICK_GAP_MS after the last one ended */
+	bool started, closing, timer_closed, kick_closed;
+	bool again;	   /* a kick (or a period) came during the cycle: one more after it */
+	bool kick_armed;   /* kick_timer is running */
+	uint64_t last_end; /* uv_now() when the last cycle ended */
+	int pending;	   /* requests in flight */
 
 	/* the cycle */
 	bool busy;
@@ -94,7 +99,7 @@ struct refresher {
 static const char *const stmt_sql[ST_COUNT] = {
 	[ST_LEASE] = SQL_REFRESHER_LEASE,     [ST_ORGS] = SQL_REFRESHER_ORGS,
 	[ST_ORG] = SQL_REFRESHER_ORG,	      [ST_CAMPAIGNS] = SQL_REFRESHER_CAMPAIGNS,
-	[ST_WAITING] = SQL_REFRESHER_WAITING, [ST_DIRECT] = SQL_REFRESHER_DIRECT,
+	[ST_WAITING] = SQL_REFRESHER_WAITING, [ST_CARRIES] = SQL_REFRESHER_CARRIES,
 };
 static const int stmt_params[ST_COUNT] = { 4, 0, 1, 1, 1, 1 };
 
@@ -179,7 +184,7 @@ static void destroy(struct refresher *r)
 
 static void maybe_free(struct refresher *r)
 {
-	if (r->closing && r->pending == 0 && r->timer_closed)
+	if (r->closing && r->pending == 0 && r->timer_closed && r->kick_closed)
 		destroy(r);
 }
 
@@ -271,6 +276,10 @@ static int cycle_begin(struct refresher *r)
 		return rc;
 	r->pending++;
 	r->busy = true;
+	if (r->kick_armed) { /* this cycle reads after the kick: it serves it */
+		uv_timer_stop(&r->kick_timer);
+		r->kick_armed = false;
+	}
 	return 0;
 }
 
@@ -309,6 +318,8 @@ static int renew(struct refresher *r)
 	return 0;
 }
 
+static void kick_arm(struct refresher *r);
+
 static void cycle_end(struct refresher *r, int status)
 {
 	refresher_step_cb cb = r->cb;
@@ -318,13 +329,12 @@ static void cycle_end(struct refresher *r, int status)
 	r->busy = false;
 	r->cb = NULL;
 	r->stats.cycles++;
+	r->last_end = uv_now(r->loop);
 	if (cb)
 		cb(r, status, data);
 	if (!r->busy && r->again && !r->closing && !r->o.manual) {
 		r->again = false;
-		r->elapsed_override = REFRESHER_ELAPSED_MEASURED;
-		if (cycle_begin(r))
-			r->again = true; /* the timer tries again */
+		kick_arm(r);
 	}
 }
 
@@ -359,6 +369,24 @@ static void read_done(struct refresher *r, int status)
 		compute(r);
 }
 
+/* The campaign of that id in camps (sorted bytewise), or NULL. */
+static struct camp *camp_find(const struct refresher *r, const char *id)
+{
+	size_t lo = 0, hi = r->camps.n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		struct camp *c = (struct camp *)r->camps.p + mid;
+		int d = strcmp(text_at(&r->text, c->id), id);
+		if (!d)
+			return c;
+		if (d < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return NULL;
+}
+
 static int read_campaigns(struct refresher *r, const PGresult *cr, const PGresult *wr)
 {
 	int n = PQntuples(cr);
@@ -375,33 +403,41 @@ static int read_campaigns(struct refresher *r, const PGresult *cr, const PGresul
 							 : FAIRSHARE_STOPPED,
 			.ceiling = cell_u32(cr, i, 3),
 			.due = cell_u32(cr, i, 4),
-			.carry = { .floor = cell_u32(cr, i, 5),
-				   .deficit = cell_i64(cr, i, 6),
-				   .fluid_num = cell_i64(cr, i, 7),
-				   .fluid_den = cell_i64(cr, i, 8),
-				   .idle_ms = (uint64_t)cell_i64(cr, i, 9) },
 		};
 		if (text_add(&r->text, PQgetvalue(cr, i, 0), &c->id) ||
 		    text_add(&r->text, PQgetvalue(cr, i, 1), &c->agent))
 			return -ENOMEM;
 	}
 	r->camps.n = (size_t)n;
-	/* waiting: claimed contacts, merged by id (both sets are small or sorted) */
+	/* waiting: claimed contacts, merged by id */
 	for (int i = 0; i < PQntuples(wr); i++) {
-		const char *id = PQgetvalue(wr, i, 0);
-		size_t lo = 0, hi = r->camps.n;
-		while (lo < hi) {
-			size_t mid = (lo + hi) / 2;
-			struct camp *c = (struct camp *)r->camps.p + mid;
-			int d = strcmp(text_at(&r->text, c->id), id);
-			if (!d) {
-				c->waiting = cell_u32(wr, i, 1);
-				break;
-			}
-			if (d < 0)
-				lo = mid + 1;
-			else
-				hi = mid;
+		struct camp *c = camp_find(r, PQgetvalue(wr, i, 0));
+		if (c)
+			c->waiting = cell_u32(wr, i, 1);
+	}
+	return 0;
+}
+
+/* The stored carries (SQL_REFRESHER_CARRIES), merged by id: a campaign's into its camp, the
+ * direct one ('') into r->direct, those of campaigns that are gone dropped. */
+static int read_carries(struct refresher *r, const PGresult *kr)
+{
+	r->direct.n = 0;
+	for (int i = 0; i < PQntuples(kr); i++) {
+		const char *id = PQgetvalue(kr, i, 0);
+		struct fairshare_carry k = { .floor = cell_u32(kr, i, 1),
+					     .deficit = cell_i64(kr, i, 2),
+					     .fluid_num = cell_i64(kr, i, 3),
+					     .fluid_den = cell_i64(kr, i, 4),
+					     .idle_ms = (uint64_t)cell_i64(kr, i, 5) };
+		struct camp *c = id[0] ? camp_find(r, id) : NULL;
+		if (c) {
+			c->carry = k;
+		} else if (!id[0]) {
+			if (vec_reserve(&r->direct, 1))
+				return -ENOMEM;
+			*(struct fairshare_carry *)r->direct.p = k;
+			r->direct.n = 1;
 		}
 	}
 	return 0;
@@ -416,7 +452,7 @@ static void pg_read_cb(int status, const struct pg_results *res, void *data)
 	if (!status && PQntuples(res->res[0]) != 1)
 		status = -ENOENT; /* the organisation was deleted */
 	if (!status) {
-		const PGresult *o = res->res[0], *d = res->res[3];
+		const PGresult *o = res->res[0];
 		r->limits_version = cell_i64(o, 0, 0);
 		r->org_limit = cell_u32(o, 0, 1);
 		r->per_agent = cell_u32(o, 0, 2);
@@ -425,16 +461,8 @@ static void pg_read_cb(int status, const struct pg_results *res, void *data)
 		r->sys_limits_version = cell_i64(o, 0, 5);
 		r->elapsed_ms = cell_i64(o, 0, 6);
 		status = read_campaigns(r, res->res[1], res->res[2]);
-		r->direct.n = 0;
-		if (!status && PQntuples(d) == 1 && !vec_reserve(&r->direct, 1)) {
-			struct fairshare_carry *c = r->direct.p;
-			*c = (struct fairshare_carry){ .floor = cell_u32(d, 0, 0),
-						       .deficit = cell_i64(d, 0, 1),
-						       .fluid_num = cell_i64(d, 0, 2),
-						       .fluid_den = cell_i64(d, 0, 3),
-						       .idle_ms = (uint64_t)cell_i64(d, 0, 4) };
-			r->direct.n = 1;
-		}
+		if (!status)
+			status = read_carries(r, res->res[3]);
 	}
 	read_done(r, status);
 }
@@ -509,7 +537,7 @@ static void org_next(struct refresher *r)
 		{ .stmt = r->st[ST_ORG], .nparams = 1, .values = ov },
 		{ .stmt = r->st[ST_CAMPAIGNS], .nparams = 1, .values = ov },
 		{ .stmt = r->st[ST_WAITING], .nparams = 1, .values = ov },
-		{ .stmt = r->st[ST_DIRECT], .nparams = 1, .values = ov },
+		{ .stmt = r->st[ST_CARRIES], .nparams = 1, .values = ov },
 	};
 	r->t0 = uv_hrtime();
 	r->t2 = 0;
@@ -926,18 +954,7 @@ static uint32_t view_floor(const struct refresher *r, const char *id)
 
 static bool camp_known(const struct refresher *r, const char *id)
 {
-	size_t lo = 0, hi = r->camps.n;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		int d = strcmp(text_at(&r->text, ((const struct camp *)r->camps.p)[mid].id), id);
-		if (!d)
-			return true;
-		if (d < 0)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return false;
+	return camp_find(r, id) != NULL;
 }
 
 /* The floors that differ from those the gate_read of this cycle saw installed (at
@@ -1044,6 +1061,60 @@ static void install_pg(struct refresher *r)
 	r->pending++;
 }
 
+/* --- kicks --- */
+
+static void kick_timer_cb(uv_timer_t *t)
+{
+	struct refresher *r = t->data;
+
+	r->kick_armed = false;
+	if (r->busy) {
+		r->again = true;
+		return;
+	}
+	r->elapsed_override = REFRESHER_ELAPSED_MEASURED;
+	int rc = cycle_begin(r);
+	if (rc)
+		log_warn(LOG_GATE, "refresher: kicked cycle not started (%s): the period retries",
+			 dsp_strerror(rc));
+	else
+		r->stats.kicked++;
+}
+
+/* One cycle soon: REFRESHER_KICK_GAP_MS after the last one ended (at once if that is past).
+ * Kicks while it is armed are served by it. */
+static void kick_arm(struct refresher *r)
+{
+	if (r->kick_armed || r->closing)
+		return;
+	uint64_t now = uv_now(r->loop), due = r->last_end + REFRESHER_KICK_GAP_MS;
+	uint64_t delay = r->stats.cycles && due > now ? due - now : 0;
+	if (uv_timer_start(&r->kick_timer, kick_timer_cb, delay, 0) == 0)
+		r->kick_armed = true;
+}
+
+static void notify_cb(const char *channel, const char *payload, void *data)
+{
+	struct refresher *r = data;
+
+	(void)channel;
+	r->stats.notifies++;
+	refresher_kick(r, payload);
+}
+
+static void message_cb(struct redis_sub *sub, const char *channel, size_t channel_len,
+		       const char *payload, size_t payload_len, void *data)
+{
+	struct refresher *r = data;
+
+	(void)sub;
+	(void)channel;
+	(void)channel_len;
+	(void)payload_len;
+	r->stats.messages++;
+	refresher_kick(r, payload);
+}
+
 /* --- public --- */
 
 static void timer_cb(uv_timer_t *t)
@@ -1103,8 +1174,21 @@ int refresher_new(uv_loop_t *loop, struct pg_pool *pool, struct gate *gate, stru
 			return rc;
 		}
 	}
+	if (!o.manual) {
+		/* Neither registration can be undone: the one that can be refused (-EEXIST) first;
+		 * after it only -ENOMEM can fail, and then the subscription stays (close sub). */
+		int rc = o.sub ? redis_sub_subscribe(o.sub, REFRESHER_CHANNEL_REDIS, message_cb, r)
+			       : 0;
+		if (!rc)
+			rc = pg_pool_listen(pool, REFRESHER_CHANNEL_PG, notify_cb, r);
+		if (rc) {
+			free(r);
+			return rc;
+		}
+	}
 	uv_timer_init(loop, &r->timer);
-	r->timer.data = r;
+	uv_timer_init(loop, &r->kick_timer);
+	r->timer.data = r->kick_timer.data = r;
 	*out = r;
 	return 0;
 }
@@ -1121,16 +1205,14 @@ int refresher_start(struct refresher *r)
 
 void refresher_kick(struct refresher *r, const char *org)
 {
-	if (r->closing || r->o.manual)
-		return;
+	if (r->closing || r->o.manual || !r->started)
+		return; /* not started: its first cycle reads everything anyway */
+	r->stats.kicks++;
 	LOG_AT(LOG_DEBUG, LOG_GATE, (&(const struct log_ids){ .org = org }), "refresher: kicked");
-	if (r->busy) {
+	if (r->busy)
 		r->again = true;
-		return;
-	}
-	r->elapsed_override = REFRESHER_ELAPSED_MEASURED;
-	if (cycle_begin(r))
-		r->again = true;
+	else
+		kick_arm(r);
 }
 
 int refresher_step(struct refresher *r, uint64_t elapsed_ms, refresher_step_cb cb, void *data)
@@ -1155,7 +1237,10 @@ void refresher_get_stats(const struct refresher *r, struct refresher_stats *out)
 static void timer_close_cb(uv_handle_t *h)
 {
 	struct refresher *r = h->data;
-	r->timer_closed = true;
+	if (h == (uv_handle_t *)&r->timer)
+		r->timer_closed = true;
+	else
+		r->kick_closed = true;
 	maybe_free(r);
 }
 
@@ -1170,4 +1255,5 @@ void refresher_free(struct refresher *r)
 		cb(r, -ECANCELED, r->cb_data);
 	}
 	uv_close((uv_handle_t *)&r->timer, timer_close_cb);
+	uv_close((uv_handle_t *)&r->kick_timer, timer_close_cb);
 }

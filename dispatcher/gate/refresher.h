@@ -22,7 +22,7 @@
  *      limits_version, the system limit and its version, the elapsed time since the last floors
  *      install (database clock), every campaign with its ceiling, agent, status, the count of
  *      its due contacts capped at org_limit (SQL_COUNT_DUE_CAPPED's form), and the exact carry
- *      stored with the last floors (fair_share_floors); the claimed contacts per campaign
+ *      stored with the last floors (fair_share_carries); the claimed contacts per campaign
  *      (`waiting`, capped likewise; until the worker registers its waiters, a claimed contact
  *      is counted as waiting); and from Redis (gate_read) the running counts per campaign and
  *      agent and the waiting direct dials k;
@@ -40,7 +40,19 @@
  *   a renew that fails ends the tenure and the cycle (-EAGAIN).
  *
  * Timing. A cycle starts every period_ms (C4's bound for a limit change is then one cycle
- * after the change commits), and at once after refresher_kick().
+ * after the change commits), and soon after a kick (refresher_kick()). Kicks come from
+ * PostgreSQL (LISTEN REFRESHER_CHANNEL_PG: migrations/0004_refresh_notify.sql NOTIFYs it with the
+ * org id when a campaign is inserted or deleted or its status, ceiling or agent changes, an
+ * organisation's limits or the system limit change, an agent changes, contacts are inserted or
+ * go to or from 'held') and from the gate (SUBSCRIBE REFRESHER_CHANNEL_REDIS on the optional
+ * subscriber: gate_release.lua publishes the org id when a release leaves a campaign below its
+ * floor with nobody waiting). Kicks are coalesced: a kick while no cycle runs starts one
+ * REFRESHER_KICK_GAP_MS after the previous cycle ended (at once when that is past); every kick
+ * received while one is pending or running is served by at most one more cycle, started the
+ * same gap after the running one ends. So a burst of any size costs at most one cycle in flight
+ * plus one, and kicked cycles leave the database at least the gap between them. A kick
+ * refreshes every organisation (the org is logged only). A notification or message lost while
+ * its connection was down is covered by the period.
  *
  * Async contract (STYLE rule 4): refresher_step()'s callback is called exactly once unless it
  * returns an error, also with -ECANCELED from refresher_free().
@@ -56,13 +68,17 @@
 #include <uv.h>
 
 #define REFRESHER_LEASE_NAME	   "refresher"
-#define REFRESHER_PERIOD_MS	   1000u      /* default recompute period */
-#define REFRESHER_LEASE_MS	   3000u      /* default lease duration (renewed each cycle) */
-#define REFRESHER_FLOORS_TTL_MS	   10000u     /* default floors lifetime (C5: "default 10 s") */
-#define REFRESHER_ELAPSED_MAX_MS   60000u     /* measured elapsed times are clamped to this */
-#define REFRESHER_ELAPSED_MEASURED UINT64_MAX /* refresher_step(): measure elapsed */
+#define REFRESHER_PERIOD_MS	   1000u	 /* default recompute period */
+#define REFRESHER_LEASE_MS	   3000u	 /* default lease duration (renewed each cycle) */
+#define REFRESHER_FLOORS_TTL_MS	   10000u	 /* default floors lifetime (C5: "default 10 s") */
+#define REFRESHER_ELAPSED_MAX_MS   60000u	 /* measured elapsed times are clamped to this */
+#define REFRESHER_ELAPSED_MEASURED UINT64_MAX	 /* refresher_step(): measure elapsed */
+#define REFRESHER_KICK_GAP_MS	   50u		 /* least time from a cycle's end to a kicked one */
+#define REFRESHER_CHANNEL_PG	   "dsp_refresh" /* NOTIFY channel, payload org id or '*' */
+#define REFRESHER_CHANNEL_REDIS	   "dsp:v1:refresh" /* PUBLISH channel, payload org id */
 
 struct refresher;
+struct redis_sub;
 
 /* Tests only: called after the recompute of org and the lease's deadline check, right before its
  * installs, with the version the floors are about to be installed under. */
@@ -75,7 +91,11 @@ struct refresher_options {
 	uint64_t period_ms;	/* 0: REFRESHER_PERIOD_MS */
 	uint64_t lease_ms;	/* 0: REFRESHER_LEASE_MS; must exceed period_ms */
 	uint64_t floors_ttl_ms; /* 0: REFRESHER_FLOORS_TTL_MS */
-	bool manual;		/* no timer: cycles only by refresher_step() (tests, bench) */
+	bool manual;		/* no timer, no kicks: cycles only by refresher_step() (tests,
+				 * bench); nothing listened to or subscribed */
+	struct redis_sub *sub;	/* borrowed, may be NULL: kicks from the gate (subscribes
+				 * REFRESHER_CHANNEL_REDIS on it); close it before
+				 * refresher_free() (subscriptions last until close) */
 	refresher_hook_cb before_install_cb; /* tests only; may be NULL */
 	void *hook_data;
 };
@@ -100,8 +120,12 @@ struct refresher_stats {
 	uint64_t woken;		  /* waiters woken after applied floors installs (C9) */
 	uint64_t wake_errors;	  /* wakes after an install that failed (logged; not fatal) */
 	uint64_t errors;	  /* organisations whose cycle failed (logged) */
-	uint64_t lease_version;	  /* current tenure's version, 0 when not holding */
-	uint64_t last_version;	  /* last floors version sent */
+	uint64_t kicks;		  /* refresher_kick() calls (NOTIFYs and messages included) */
+	uint64_t notifies;	  /*   of which NOTIFYs on REFRESHER_CHANNEL_PG */
+	uint64_t messages;	  /*   of which messages on REFRESHER_CHANNEL_REDIS */
+	uint64_t kicked;	/* cycles started by a kick (or a period that found one running) */
+	uint64_t lease_version; /* current tenure's version, 0 when not holding */
+	uint64_t last_version;	/* last floors version sent */
 	uint64_t last_elapsed_ms; /* elapsed time of the last recompute */
 	uint64_t last_read_us;	  /* last recompute's phases: reads */
 	uint64_t last_compute_us; /*   fairshare_recompute() and the install arrays */
@@ -118,9 +142,13 @@ typedef void (*refresher_step_cb)(struct refresher *r, int status, void *data);
 
 /* Creates a refresher on loop over pool (borrowed, statements registered now: call before
  * pg_pool_start()), gate (the Redis gate, borrowed, its generation kept current by its owner) and
- * gpg (the gate's PostgreSQL side on the same pool, borrowed). All must outlive it. Not
+ * gpg (the gate's PostgreSQL side on the same pool, borrowed). All must outlive it. Unless
+ * manual, it LISTENs REFRESHER_CHANNEL_PG on the pool and subscribes opts->sub (when given) with
+ * itself as the callbacks' data; neither can be undone, so close the pool and the subscriber
+ * before refresher_free() or in the same loop turn (no notification runs between). Not
  * started. *out is owned by the caller (refresher_free()). Returns 0, -EINVAL (no owner, lease
- * not above period) or -ENOMEM. */
+ * not above period), -EEXIST (REFRESHER_CHANNEL_REDIS already subscribed on opts->sub), -EBUSY
+ * (pool started), or -ENOMEM. */
 int refresher_new(uv_loop_t *loop, struct pg_pool *pool, struct gate *gate, struct gate_pg *gpg,
 		  const struct refresher_options *opts, struct refresher **out);
 
@@ -128,9 +156,11 @@ int refresher_new(uv_loop_t *loop, struct pg_pool *pool, struct gate *gate, stru
  * (manual). */
 int refresher_start(struct refresher *r);
 
-/* Asks for a cycle as soon as the current one (if any) ends: the active set of org changed, a
+/* Asks for a cycle soon (coalesced: see Timing above): the active set of org changed, a
  * ceiling or a limit changed, or the gate reported a campaign's demand below its floor. The
- * worker calls it; today every kick refreshes every organisation (org is logged only). */
+ * NOTIFYs and messages call it; the owner may too (e.g. when its subscriber comes back up).
+ * Every kick refreshes every organisation (org is logged only). Ignored when manual or not
+ * started (refresher_start() runs a first cycle at once). */
 void refresher_kick(struct refresher *r, const char *org);
 
 /* Runs one cycle now (see the top of this file), with elapsed_ms as every organisation's

@@ -1,7 +1,8 @@
 /* The admit operation whole (dispatcher/gate/gate_flow.h, issue 8 item 2) against a real Redis
  * and PostgreSQL: the admissions answered in one loop turn are written in ONE gate_pg_write and
  * each is reported written; a call whose contact's lease moved on before the turn ended is
- * reported lease lost and its Redis slots are back; a refusal is reported as one, with no row. */
+ * reported lease lost and its Redis slots are back; a refusal is reported as one, with no row; a
+ * row written after its caller was cancelled by close is ended and its slots released. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,7 +16,7 @@
 #include "gate_pg_test.h"
 
 static struct embedded svc;
-static PGconn *admin;
+static PGconn *admin, *holder;
 
 #define N_CALLS 4
 
@@ -268,6 +269,61 @@ static void close_cancels(void **state)
 	genv_close(&e.ge);
 }
 
+/* Close while the write is held on the contact's row lock (held by the test): the caller is
+ * answered -ECANCELED at once; once the lock goes the write commits the row, and the flow ends
+ * it (refused, 'cancelled before dial'), puts the contact back to pending with no attempt
+ * charged, and releases the slots — all before closed_cb. (It used to stay dialing with its
+ * slots until the maximum-duration sweep.) */
+static void close_ends_written_row(void **state)
+{
+	struct env e;
+	struct fprobe p = { 0 };
+	char id[37];
+	long long k = gp_contact(admin, "fe", 0, 0);
+	struct gate_pg_stats ps;
+
+	(void)state;
+	env_open(&e, "fe", 10);
+	gp_sql(holder, "BEGIN");
+	gp_sql(holder, "SELECT 1 FROM contacts WHERE id = %lld FOR UPDATE", k);
+	admit(&e, "fe", gp_uuid(id, 500), k, gp_contact(admin, "fe", 1, 0), &p);
+	gp_wait_for(&e.ge.loop, admin, "transactionid", 1); /* the write waits on the row */
+	assert_int_equal(p.done, 0);
+	gate_flow_close(e.flow, closed_cb, &e.closed);
+	assert_int_equal(p.done, 1);
+	assert_int_equal(p.status, -ECANCELED);
+	gp_sql(holder, "ROLLBACK");
+	fixture_run_until_count(&e.ge.loop, &e.closed, 1, 60000);
+	/* Everything was done before closed_cb. */
+	assert_int_equal(rows(id), 1); /* the write did commit it */
+	assert_int_equal(
+		gp_int(admin,
+		       "SELECT count(*) FROM calls WHERE id = '%s' AND state = 'ended'"
+		       " AND outcome = 'refused' AND outcome_reason = 'cancelled before dial'"
+		       " AND ended_at IS NOT NULL",
+		       id),
+		1);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE org_id = 'fe'"
+				       " AND state IN ('dialing', 'live', 'unknown')"),
+			 0);
+	assert_int_equal(
+		gp_int(admin,
+		       "SELECT count(*) FROM contacts WHERE id = %lld AND state = 'pending'"
+		       " AND attempts = 0 AND tries = 0 AND lease_token IS NULL",
+		       k),
+		1);
+	struct view_copy v;
+	assert_int_equal(genv_read(&e.ge, "fe", &v), 0);
+	assert_int_equal(v.v.org_running, 0);
+	assert_int_equal(v.v.slots, 0);
+	assert_int_equal(view_running(&v, "fe_c0"), 0);
+	assert_int_equal(view_agent_running(&v, "fe_a0"), 0);
+	gate_pg_get_stats(e.gp.g, &ps);
+	assert_int_equal(ps.cancelled, 1);
+	gp_close_pool(&e.gp);
+	genv_close(&e.ge);
+}
+
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0", "a1" };
@@ -279,12 +335,15 @@ static int setup(void **state)
 	gp_seed_org(admin, "fb", 10, 0, 2, agents, NULL, 10);
 	gp_seed_org(admin, "fc", 2, 0, 2, agents, NULL, 10);
 	gp_seed_org(admin, "fd", 10, 0, 2, agents, NULL, 10);
+	gp_seed_org(admin, "fe", 10, 0, 2, agents, NULL, 10);
+	holder = fixture_pg(&svc);
 	return 0;
 }
 
 static int teardown(void **state)
 {
 	(void)state;
+	PQfinish(holder);
 	PQfinish(admin);
 	embedded_stop(&svc);
 	return 0;
@@ -293,10 +352,9 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(one_write_per_turn),
-		cmocka_unit_test(lease_lost_releases),
-		cmocka_unit_test(refusal_has_no_row),
-		cmocka_unit_test(close_cancels),
+		cmocka_unit_test(one_write_per_turn),	  cmocka_unit_test(lease_lost_releases),
+		cmocka_unit_test(refusal_has_no_row),	  cmocka_unit_test(close_cancels),
+		cmocka_unit_test(close_ends_written_row),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,7 +3,8 @@
  * epoch after it); the lease race in both orders (exactly one of the write and the sweeper
  * wins); the server-side deadline (a blocked write is cancelled by PostgreSQL itself); the
  * reconciler meeting a write held on a lock (the slot survives, the write fails at its deadline
- * and releases); the fence against a write in both orders; a lost write settled by a fence.
+ * and releases); the fence against a write in both orders; a lost write settled by a fence;
+ * written rows of cancelled callers ended (gate_pg_cancel_written).
  * Every overlap is made certain with a lock the test holds, watched in pg_locks. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -498,6 +499,91 @@ static void lost_write_is_fenced(void **state)
 	gp_close(&e);
 }
 
+struct gp_cancel {
+	int calls, status;
+	bool ended[GATE_PG_WRITE_MAX];
+};
+
+static void gp_cancel_cb(struct gate_pg *g, int status, const bool *ended, uint32_t n, void *data)
+{
+	struct gp_cancel *c = data;
+
+	(void)g;
+	c->calls++;
+	c->status = status;
+	if (ended)
+		memcpy(c->ended, ended, n * sizeof(*ended));
+}
+
+/* gate_pg_cancel_written(): written rows never to be dialled are ended as refused ('cancelled
+ * before dial'); a batch contact goes back to pending with no attempt charged only while its
+ * lease token still matches; a second call ends nothing. */
+static void cancel_written(void **state)
+{
+	struct gp e;
+	struct gp_write w = { 0 };
+	struct gp_cancel c = { 0 }, again = { 0 };
+	char id[3][37];
+	long long k0 = gp_contact(admin, "wr", 0, 60), k1 = gp_contact(admin, "wr", 0, 61);
+	long long epoch = gp_epoch(admin);
+	enum gate_mode mode =
+		gp_int(admin, "SELECT count(*) FROM system_settings WHERE gate_mode = 'postgres'")
+			? GATE_MODE_POSTGRES
+			: GATE_MODE_REDIS;
+
+	(void)state;
+	gp_open(&e, &svc, 1, "cancel");
+	struct gate_pg_call calls[3] = {
+		gp_call(gp_uuid(id[0], 900), "wr", C0, A0, k0),
+		gp_call(gp_uuid(id[1], 901), "wr", C0, A0, k1),
+		gp_call(gp_uuid(id[2], 902), "wr", NULL, A0, 0),
+	};
+	assert_int_equal(
+		gate_pg_write(e.g, mode, (uint64_t)epoch, 10000, calls, 3, gp_write_cb, &w), 0);
+	fixture_run_until_count(&e.loop, &w.calls, 1, 60000);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(w.out[i], GATE_PG_WRITTEN);
+	/* k1's claim moved on meanwhile: its contact is not this call's to give back. */
+	gp_sql(admin, "UPDATE contacts SET lease_token = lease_token + 1 WHERE id = %lld", k1);
+	assert_int_equal(gate_pg_cancel_written(e.g, calls, 3, 10000, gp_cancel_cb, &c), 0);
+	fixture_run_until_count(&e.loop, &c.calls, 1, 60000);
+	assert_int_equal(c.status, 0);
+	for (int i = 0; i < 3; i++) {
+		assert_true(c.ended[i]);
+		assert_int_equal(gp_int(admin,
+					"SELECT count(*) FROM calls WHERE id = '%s' AND"
+					" state = 'ended' AND outcome = 'refused' AND"
+					" outcome_reason = 'cancelled before dial'",
+					id[i]),
+				 1);
+	}
+	assert_int_equal(
+		gp_int(admin,
+		       "SELECT count(*) FROM contacts WHERE id = %lld AND state = 'pending'"
+		       " AND attempts = 0 AND tries = 0 AND lease_token IS NULL"
+		       " AND next_attempt_at <= now()",
+		       k0),
+		1);
+	assert_int_equal(
+		gp_int(admin, "SELECT count(*) FROM contacts WHERE id = %lld AND state = 'dialing'",
+		       k1),
+		1);
+	assert_int_equal(gate_pg_cancel_written(e.g, calls, 3, 10000, gp_cancel_cb, &again), 0);
+	fixture_run_until_count(&e.loop, &again.calls, 1, 60000);
+	assert_int_equal(again.status, 0);
+	for (int i = 0; i < 3; i++)
+		assert_false(again.ended[i]);
+	struct gate_pg_stats st;
+	gate_pg_get_stats(e.g, &st);
+	assert_int_equal(st.cancelled, 3);
+	assert_int_equal(gate_pg_cancel_written(e.g, calls, 3, 0, gp_cancel_cb, &again),
+			 -ETIMEDOUT);
+	calls[2].call = "not-a-uuid";
+	assert_int_equal(gate_pg_cancel_written(e.g, calls, 3, 1000, gp_cancel_cb, &again),
+			 -EINVAL);
+	gp_close(&e);
+}
+
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0" };
@@ -529,6 +615,7 @@ int main(void)
 		cmocka_unit_test(reconciler_meets_held_write),
 		cmocka_unit_test(fence_against_write),
 		cmocka_unit_test(lost_write_is_fenced),
+		cmocka_unit_test(cancel_written),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

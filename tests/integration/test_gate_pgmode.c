@@ -277,12 +277,20 @@ static void floors_waiters_release(void **state)
 	assert_true(install(&e, "fl", 5, 60000, floors, 3));
 	assert_false(install(&e, "fl", 5, 60000, floors, 3)); /* not newer: fenced */
 	assert_false(install(&e, "fl", 4, 60000, floors, 2));
+	/* floors rows: those with a floor or active; carries: every entry */
 	assert_int_equal(gp_int(admin, "SELECT count(*) FROM fair_share_floors WHERE org_id = 'fl'"
 				       " AND version = 5"),
+			 2);
+	assert_int_equal(gp_int(admin, "SELECT cardinality(campaign_ids) FROM fair_share_carries"
+				       " WHERE org_id = 'fl'"),
 			 3);
-	assert_int_equal(gp_int(admin, "SELECT deficit_us FROM fair_share_floors WHERE"
-				       " campaign_id = 'fl_c0'"),
+	assert_int_equal(gp_int(admin, "SELECT deficit_us[array_position(campaign_ids, 'fl_c0')]"
+				       " FROM fair_share_carries WHERE org_id = 'fl'"),
 			 -5);
+	assert_int_equal(gp_int(admin,
+				"SELECT fluid_num[array_position(campaign_ids, 'fl_c1')]"
+				" FROM fair_share_carries WHERE org_id = 'fl' AND version = 5"),
+			 1);
 
 	struct gate_pg_dial a[] = { cand("fl_c0", k0[0]) }, b[] = { cand("fl_c0", k0[1]) },
 			    c[] = { cand("fl_c1", k1[0]) };

@@ -3,7 +3,7 @@
  * pass releases ended rows, keeps young records (a write held on a lock the test holds), fences
  * old orphans; the controller switches the fleet on a lost state (FLUSHALL) and on Redis stopped,
  * adopts the rebuilt generation, and only the one the rebuild's commit recorded (a stale
- * reconciler's is a lost state). Single process; overlaps made certain with locks. */
+ * reconciler's is a lost state, for the controller and for the periodic pass). Single process; overlaps made certain with locks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -64,7 +64,17 @@ static bool env_up(void *arg)
 	return redis_conn_is_up(e->ge.conn) && pg_pool_up_count(e->pool) == pg_pool_size(e->pool);
 }
 
-/* deadline_ms: the reconciler's write deadline (its orphan age is deadline + 200 ms). */
+static bool settled(void *arg)
+{
+	struct gate_mode_state s;
+
+	gate_mode_get(((struct env *)arg)->ctl, &s);
+	return s.usable && !s.switching;
+}
+
+/* deadline_ms: the reconciler's write deadline (its orphan age is deadline + 200 ms). Returns
+ * once the controller has settled on the mode the previous test left (so its first generation
+ * read cannot meet the test's own FLUSHALL and switch once more than the test counts). */
 static void env_open(struct env *e, uint64_t deadline_ms)
 {
 	struct redis_conn_options ro = {
@@ -127,6 +137,7 @@ static void env_open(struct env *e, uint64_t deadline_ms)
 	assert_int_equal(redis_conn_start(e->ge.conn), 0);
 	fixture_run_until(&e->ge.loop, env_up, e, 60000);
 	assert_int_equal(gate_mode_start(e->ctl), 0);
+	fixture_run_until(&e->ge.loop, settled, e, 60000);
 }
 
 static void closed_cb(void *data)
@@ -576,14 +587,6 @@ static void new_org_is_built(void **state)
 	env_close(&e);
 }
 
-static bool settled(void *arg)
-{
-	struct gate_mode_state s;
-
-	gate_mode_get(((struct env *)arg)->ctl, &s);
-	return s.usable && !s.switching;
-}
-
 /* A stale reconciler (issue 8 review): reconciler A paused after starting its way back, its
  * transaction timed out and its lease expired; B rebuilt and committed redis mode at epoch E
  * and the worker admitted. A resumes: its queued system init and org rebuilds write an older
@@ -646,6 +649,48 @@ static void stale_reconciler_not_adopted(void **state)
 	env_close(&e);
 }
 
+/* The periodic pass builds and corrects only under the generation committed for the epoch. A
+ * stale reconciler's late {sys}:gen (right epoch prefix, not the committed one) is in Redis and
+ * an org created after the rebuild has no state: the pass must not build it under that
+ * generation (it used to: created 1); it stops and the fleet switches. */
+static void foreign_generation_not_built(void **state)
+{
+	static const char *const agents[] = { "a0" };
+	struct env e;
+	char stale[64], key[128];
+	struct reconciler_stats st;
+	long long epoch;
+
+	(void)state;
+	reset();
+	env_open(&e, 2000);
+	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
+	epoch = gp_epoch(admin);
+	gate_mode_pg_up(e.ctl);
+	wait_mode(&e, GATE_MODE_POSTGRES, epoch);
+	assert_int_equal(rec_run(&e), 0);
+	wait_mode(&e, GATE_MODE_REDIS, ++epoch);
+
+	gp_seed_org(admin, "aa", 3, 0, 1, agents, NULL, 1); /* first in the pass's order */
+	snprintf(stale, sizeof(stale), "e%lld.00000000stale000", epoch);
+	genv_cmd(&e.ge, NULL, 0, "SET", GATE_SYS_GEN_KEY, stale, NULL);
+	assert_int_equal(rec_run(&e), GATE_ELOST);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.created, 0);
+	assert_int_equal(st.foreign_gen, 1);
+	assert_int_equal(st.lost, 1);
+	assert_true(gate_org_key("aa", "gen", key, sizeof(key)) > 0);
+	assert_int_equal(genv_cmd(&e.ge, NULL, 0, "EXISTS", key, NULL), 0); /* nothing built */
+	assert_int_equal(gp_epoch(admin), epoch + 1);			    /* switched */
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM system_settings"
+				       " WHERE gate_mode = 'postgres'"),
+			 1);
+	gp_sql(admin, "DELETE FROM organisations WHERE id = 'aa'");
+	env_close(&e);
+}
+
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0", "a1" };
@@ -672,9 +717,13 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(way_back),	    cmocka_unit_test(periodic_pass),
-		cmocka_unit_test(lost_slot_added),  cmocka_unit_test(controller_switches),
-		cmocka_unit_test(new_org_is_built), cmocka_unit_test(stale_reconciler_not_adopted),
+		cmocka_unit_test(way_back),
+		cmocka_unit_test(periodic_pass),
+		cmocka_unit_test(lost_slot_added),
+		cmocka_unit_test(controller_switches),
+		cmocka_unit_test(new_org_is_built),
+		cmocka_unit_test(stale_reconciler_not_adopted),
+		cmocka_unit_test(foreign_generation_not_built),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

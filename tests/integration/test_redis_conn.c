@@ -122,30 +122,95 @@ static int command(uv_loop_t *loop, struct redis_conn *c, struct probe *p, const
 
 static void url_parsing(void **state)
 {
-	char host[64], path[108], pw[64];
-	int port;
+	struct redis_url u;
 
-	assert_int_equal(redis_url_parse("redis://127.0.0.1:6380", host, sizeof(host), &port, path,
-					 sizeof(path), pw, sizeof(pw)),
-			 0);
-	assert_string_equal(host, "127.0.0.1");
-	assert_int_equal(port, 6380);
-	assert_int_equal(redis_url_parse("redis://:s3cret@cache/0", host, sizeof(host), &port, path,
-					 sizeof(path), pw, sizeof(pw)),
-			 0);
-	assert_string_equal(host, "cache");
-	assert_string_equal(pw, "s3cret");
-	assert_int_equal(port, 6379);
-	assert_int_equal(redis_url_parse("unix:///tmp/r.sock", host, sizeof(host), &port, path,
-					 sizeof(path), pw, sizeof(pw)),
-			 0);
-	assert_string_equal(path, "/tmp/r.sock");
-	const char *bad[] = { "http://x",      "redis://",	  "redis://h:0", "redis://h:65536",
-			      "redis://h:12x", "unix://relative", NULL };
+	assert_int_equal(redis_url_parse("redis://127.0.0.1:6380", &u), 0);
+	assert_string_equal(u.host, "127.0.0.1");
+	assert_int_equal(u.port, 6380);
+	assert_false(u.auth);
+	assert_int_equal(u.db, 0);
+	assert_int_equal(redis_url_parse("redis://:s3cret@cache/0", &u), 0);
+	assert_string_equal(u.host, "cache");
+	assert_string_equal(u.user, "");
+	assert_string_equal(u.password, "s3cret");
+	assert_true(u.auth);
+	assert_int_equal(u.port, 6379);
+	/* The username is kept (AUTH user pass), the database selected, escapes decoded. */
+	assert_int_equal(redis_url_parse("redis://app:p%40ss%3Aw@10.0.0.5:7000/12", &u), 0);
+	assert_string_equal(u.user, "app");
+	assert_string_equal(u.password, "p@ss:w");
+	assert_string_equal(u.host, "10.0.0.5");
+	assert_int_equal(u.port, 7000);
+	assert_int_equal(u.db, 12);
+	assert_int_equal(redis_url_parse("redis://app@h", &u), 0); /* a nopass user */
+	assert_string_equal(u.user, "app");
+	assert_true(u.auth);
+	assert_int_equal(redis_url_parse("redis://[::1]:6390/", &u), 0);
+	assert_string_equal(u.host, "::1");
+	assert_int_equal(u.port, 6390);
+	assert_int_equal(redis_url_parse("unix:///tmp/r.sock", &u), 0);
+	assert_string_equal(u.path, "/tmp/r.sock");
+	assert_int_equal(redis_url_parse("unix:///tmp/r.sock?db=4", &u), 0);
+	assert_string_equal(u.path, "/tmp/r.sock");
+	assert_int_equal(u.db, 4);
+	const char *bad[] = { "http://x",
+			      "redis://",
+			      "redis://h:0",
+			      "redis://h:65536",
+			      "redis://h:12x",
+			      "unix://relative",
+			      "redis://h/x",
+			      "redis://h/-1",
+			      "redis://h/65536",
+			      "redis://h:/1",
+			      "redis://[::1",
+			      "unix:///s?db=",
+			      "unix:///s?x=1",
+			      "redis://u:%4@h",
+			      "redis://u:%00@h",
+			      "redis://h h:1",
+			      "",
+			      NULL };
 	for (int i = 0; bad[i]; i++)
-		assert_int_equal(redis_url_parse(bad[i], host, sizeof(host), &port, path,
-						 sizeof(path), pw, sizeof(pw)),
-				 -EINVAL);
+		if (redis_url_parse(bad[i], &u) != -EINVAL)
+			fail_msg("%s accepted", bad[i]);
+	assert_int_equal(redis_url_parse(NULL, &u), -EINVAL);
+}
+
+/* A URL with an ACL user, a password that needs escaping and a database: the connection
+ * authenticates as that user (AUTH user pass) and works in that database before it is up. */
+static void acl_user_and_database(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 };
+	char url[256];
+
+	uv_loop_init(&loop);
+	struct redis_conn *admin = open_conn(&loop, svc.redis_url, &p, 5000);
+	fixture_run_until(&loop, is_up, admin, 60000);
+	assert_int_equal(command(&loop, admin, &p, "ACL", "SETUSER", "dsp_app", "on", ">p@ss:w",
+				 "~*", "&*", "+@all", NULL),
+			 0);
+	assert_int_equal(p.type, REDIS_REPLY_STATUS);
+	assert_int_equal(command(&loop, admin, &p, "DEL", "acl_db_probe", NULL), 0);
+
+	snprintf(url, sizeof(url), "redis://dsp_app:p%%40ss%%3Aw@127.0.0.1:%d/3", svc.redis_port);
+	struct redis_conn *c = open_conn(&loop, url, &p, 5000);
+	fixture_run_until(&loop, is_up, c, 60000);
+	assert_int_equal(command(&loop, c, &p, "ACL", "WHOAMI", NULL), 0);
+	assert_string_equal(p.str, "dsp_app");
+	assert_int_equal(command(&loop, c, &p, "SET", "acl_db_probe", "3", NULL), 0);
+	/* Written in database 3, not in the admin's 0. */
+	assert_int_equal(command(&loop, admin, &p, "EXISTS", "acl_db_probe", NULL), 0);
+	assert_int_equal(p.integer, 0);
+	assert_int_equal(command(&loop, admin, &p, "SELECT", "3", NULL), 0);
+	assert_int_equal(command(&loop, admin, &p, "GET", "acl_db_probe", NULL), 0);
+	assert_string_equal(p.str, "3");
+	assert_int_equal(command(&loop, admin, &p, "DEL", "acl_db_probe", NULL), 0);
+	assert_int_equal(command(&loop, admin, &p, "ACL", "DELUSER", "dsp_app", NULL), 0);
+	redis_conn_close(c, NULL, NULL);
+	redis_conn_close(admin, NULL, NULL);
+	fixture_loop_close(&loop);
 }
 
 static void commands_and_errors(void **state)
@@ -623,7 +688,7 @@ static void generation_key_reported_on_every_up(void **state)
 
 static int setup(void **state)
 {
-	fixture_start(&svc, false, true, true, false);
+	fixture_start(&svc, false, true, true, false); /* tcp: the ACL test's URL */
 	return 0;
 }
 
@@ -637,6 +702,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(url_parsing),
+		cmocka_unit_test(acl_user_and_database),
 		cmocka_unit_test(create_then_start),
 		cmocka_unit_test(commands_and_errors),
 		cmocka_unit_test(pause_hits_deadline_then_recovers),

@@ -8,7 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -35,6 +39,7 @@ static void run(struct run *r, char *const args[], char *const env[])
 	const char *bin = getenv("DSP_DISPATCHER");
 	int out[2], err[2];
 	char *argv[8] = { (char *)bin };
+	/* args is NULL-terminated, at most 6 */
 
 	assert_non_null(bin);
 	for (int i = 0; args[i] && i < 6; i++)
@@ -45,6 +50,7 @@ static void run(struct run *r, char *const args[], char *const env[])
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0) {
+		alarm(60); /* survives execve: a command that hangs dies (exit 128) */
 		dup2(out[1], STDOUT_FILENO);
 		dup2(err[1], STDERR_FILENO);
 		close(out[0]);
@@ -84,6 +90,146 @@ static void help_and_version(void **state)
 	assert_non_null(strstr(r.err, "frobnicate"));
 }
 
+/* Every command refuses what it does not know, before reading any setting (exit 2). */
+static void unknown_arguments_are_refused(void **state)
+{
+	static struct run r;
+	char *noenv[] = { NULL };
+	char *const cases[][4] = {
+		{ "config", "--bogus", NULL },
+		{ "config", "--markdown", "--markdown", NULL },
+		{ "config", "extra", NULL },
+		{ "migrate", "--status", "now", NULL },
+		{ "migrate", "--markdown", NULL },
+		{ "migrate", "-x", NULL },
+		{ "--help", "migrate", NULL },
+		{ "--version", "--help", NULL },
+		{ "-h", "x", NULL },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		run(&r, cases[i], noenv);
+		if (r.code != 2)
+			fail_msg("%s %s: exit %d, want 2", cases[i][0], cases[i][1], r.code);
+	}
+	char *ok[] = { "config", "--markdown", NULL };
+	run(&r, ok, noenv);
+	assert_int_equal(r.code, 0);
+}
+
+/* Text settings must parse as what they name; each refusal names the setting (exit 2). */
+static void text_settings_are_checked(void **state)
+{
+	static struct run r;
+	char *cfg[] = { "config", NULL };
+	static const struct {
+		const char *env;
+		int code;
+	} cases[] = {
+		{ "DISPATCHER_LISTEN=127.0.0.1:8080", 0 },
+		{ "DISPATCHER_LISTEN=0.0.0.0:1", 0 },
+		{ "DISPATCHER_LISTEN=[::1]:65535", 0 },
+		{ "DISPATCHER_LISTEN=garbage", 2 },
+		{ "DISPATCHER_LISTEN=127.0.0.1", 2 },
+		{ "DISPATCHER_LISTEN=127.0.0.1:0", 2 },
+		{ "DISPATCHER_LISTEN=127.0.0.1:65536", 2 },
+		{ "DISPATCHER_LISTEN=127.0.0.1:80x", 2 },
+		{ "DISPATCHER_LISTEN=::1:8080", 2 },
+		{ "DISPATCHER_LISTEN=[::1]8080", 2 },
+		{ "DISPATCHER_LISTEN=localhost:8080", 2 },
+		{ "DISPATCHER_LISTEN=:8080", 2 },
+		{ "REDIS_URL=redis://127.0.0.1:6379/2", 0 },
+		{ "REDIS_URL=redis://app:pw@cache", 0 },
+		{ "REDIS_URL=unix:///run/redis.sock?db=1", 0 },
+		{ "REDIS_URL=garbage", 2 },
+		{ "REDIS_URL=redis://h:99999", 2 },
+		{ "REDIS_URL=redis://h/db", 2 },
+		{ "DATABASE_URL=postgresql://u@h:5432/db", 0 },
+		{ "DATABASE_URL=host=/tmp dbname=x", 0 },
+		{ "DATABASE_URL=garbage", 2 },
+		{ "DATABASE_URL=postgresql://h/db?nonsense=1", 2 },
+		{ "PROVIDER_URL=http://127.0.0.1:9000/calls", 0 },
+		{ "PROVIDER_URL=https://provider.example/v1/calls", 0 },
+		{ "PROVIDER_URL=ftp://x/y", 2 },
+		{ "PROVIDER_URL=provider", 2 },
+		{ "DISPATCHER_PUBLIC_URL=https://dispatch.example/", 0 },
+		{ "DISPATCHER_PUBLIC_URL=dispatch.example", 2 },
+		{ "DISPATCHER_WORKER_ID=w 1", 2 },
+		/* An empty variable is refused, not taken as unset. */
+		{ "DISPATCHER_LISTEN=", 2 },
+		{ "DATABASE_URL=", 2 },
+		{ "BATCH_DISPATCH_SLOT_WAIT_SECONDS=", 2 },
+	};
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *env[] = { (char *)cases[i].env, NULL };
+		run(&r, cfg, env);
+		if (r.code != cases[i].code)
+			fail_msg("%s: exit %d, want %d (%s)", cases[i].env, r.code, cases[i].code,
+				 r.err);
+		if (cases[i].code) {
+			char name[64];
+			snprintf(name, sizeof(name), "%.*s", (int)strcspn(cases[i].env, "="),
+				 cases[i].env);
+			assert_non_null(strstr(r.err, name));
+		}
+	}
+	/* A garbage DATABASE_URL is a configuration error for migrate too: exit 2, not 1. */
+	char *migrate[] = { "migrate", NULL };
+	char *garbage[] = { "DATABASE_URL=garbage", NULL };
+	run(&r, migrate, garbage);
+	assert_int_equal(r.code, 2);
+	assert_non_null(strstr(r.err, "DATABASE_URL"));
+}
+
+/* A bad value is echoed with its control characters escaped: one line, no terminal escapes. */
+static void bad_value_is_escaped(void **state)
+{
+	static struct run r;
+	char *cfg[] = { "config", NULL };
+	char *env[] = { "DISPATCHER_LISTEN=a\033[31mb\nc", NULL };
+	char *env2[] = { "BATCH_DISPATCH_SLOT_WAIT_SECONDS=1\r\n2", NULL };
+
+	run(&r, cfg, env);
+	assert_int_equal(r.code, 2);
+	assert_null(strchr(r.err, '\033'));
+	assert_int_equal(strchr(r.err, '\n') - r.err, (long)strlen(r.err) - 1);
+	assert_non_null(strstr(r.err, "a\\x1b[31mb\\nc"));
+	run(&r, cfg, env2);
+	assert_int_equal(r.code, 2);
+	assert_null(strchr(r.err, '\r'));
+	assert_non_null(strstr(r.err, "1\\r\\n2"));
+}
+
+/* `dispatcher migrate` against a server that accepts TCP and never answers gives up within
+ * DISPATCHER_PG_CONNECT_TIMEOUT_MS (it used to hang for ever; the child's alarm would kill it). */
+static void migrate_honours_the_connect_deadline(void **state)
+{
+	static struct run r;
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	char url[128], *migrate[] = { "migrate", NULL };
+	struct timespec t0, t1;
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(listen(fd, 8), 0); /* the kernel accepts; nobody ever answers */
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	snprintf(url, sizeof(url), "DATABASE_URL=postgresql://u@127.0.0.1:%d/db",
+		 ntohs(a.sin_port));
+	char *env[] = { url, "DISPATCHER_PG_CONNECT_TIMEOUT_MS=300", NULL };
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	run(&r, migrate, env);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	close(fd);
+	if (r.code != 1)
+		fail_msg("exit %d, want 1 (%s)", r.code, r.err);
+	assert_non_null(strstr(r.err, "300 ms"));
+	/* 300 ms asked; a loaded machine gets slack, a hang would be killed at 60 s. */
+	assert_true(t1.tv_sec - t0.tv_sec < 30);
+}
+
 /* BATCH_DISPATCH_SLOT_WAIT_SECONDS is 1..300: at, below and above both bounds. */
 static void bad_setting_is_refused_with_its_bound(void **state)
 {
@@ -103,7 +249,8 @@ static void bad_setting_is_refused_with_its_bound(void **state)
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char *env[] = { (char *)cases[i].env, NULL };
+		/* A long lease, so the slot wait's own bounds are what is tested. */
+		char *env[] = { (char *)cases[i].env, "DISPATCHER_LEASE_SECONDS=3600", NULL };
 		run(&r, cfg, env);
 		if (r.code != cases[i].code)
 			fail_msg("%s: exit %d, want %d (%s)", cases[i].env, r.code, cases[i].code,
@@ -121,6 +268,20 @@ static void bad_setting_is_refused_with_its_bound(void **state)
 	run(&r, cfg, env);
 	assert_int_equal(r.code, 2);
 	assert_non_null(strstr(r.err, "DISPATCHER_RECONNECT_MAX_MS"));
+	/* The lease must outlive the slot wait plus the provider timeout: 15 s + 10 s < 26 s. */
+	char *lease_ok[] = { "DISPATCHER_LEASE_SECONDS=26", NULL };
+	run(&r, cfg, lease_ok);
+	assert_int_equal(r.code, 0);
+	char *lease_short[] = { "DISPATCHER_LEASE_SECONDS=25", NULL };
+	run(&r, cfg, lease_short);
+	assert_int_equal(r.code, 2);
+	assert_non_null(strstr(r.err, "DISPATCHER_LEASE_SECONDS"));
+	assert_non_null(strstr(r.err, "DISPATCHER_PROVIDER_TIMEOUT_MS"));
+	char *ttl_short[] = { "DISPATCHER_FLOOR_TTL_SECONDS=2", "DISPATCHER_REFRESH_PERIOD_MS=2000",
+			      NULL };
+	run(&r, cfg, ttl_short);
+	assert_int_equal(r.code, 2);
+	assert_non_null(strstr(r.err, "DISPATCHER_FLOOR_TTL_SECONDS"));
 }
 
 /* The README's table is exactly `dispatcher config --markdown`. */
@@ -155,6 +316,10 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(help_and_version),
+		cmocka_unit_test(unknown_arguments_are_refused),
+		cmocka_unit_test(text_settings_are_checked),
+		cmocka_unit_test(bad_value_is_escaped),
+		cmocka_unit_test(migrate_honours_the_connect_deadline),
 		cmocka_unit_test(bad_setting_is_refused_with_its_bound),
 		cmocka_unit_test(readme_table_is_current),
 	};

@@ -65,9 +65,8 @@ static void defaults_apply(void **state)
 
 static void values_override_defaults(void **state)
 {
-	const char *env[] = { "T_WAIT",	  "30",	   "T_ENABLED", "off",
-			      "T_LEVEL",  "DEBUG", "T_URL",	"postgresql:///x",
-			      "T_LISTEN", "",	   NULL };
+	const char *env[] = { "T_WAIT", "30",	 "T_ENABLED",	    "off", "T_LEVEL",
+			      "DEBUG",	"T_URL", "postgresql:///x", NULL };
 	struct cfg c;
 	char err[200];
 
@@ -76,8 +75,44 @@ static void values_override_defaults(void **state)
 	assert_false(c.enabled);
 	assert_int_equal(c.level, 3);
 	assert_string_equal(c.url, "postgresql:///x");
-	assert_string_equal(c.listen, "127.0.0.1:8080"); /* empty means default */
+	assert_string_equal(c.listen, "127.0.0.1:8080");
 	config_free(tab, NTAB, &c);
+}
+
+/* An empty variable is refused (README "Configuration"), whatever its type, naming it. */
+static void empty_is_refused(void **state)
+{
+	const char *names[] = { "T_WAIT", "T_ENABLED", "T_LEVEL", "T_URL", "T_LISTEN" };
+
+	for (size_t i = 0; i < 5; i++) {
+		const char *env[] = { names[i], "", NULL };
+		struct cfg c;
+		char err[200] = "";
+		assert_int_equal(load(env, &c, err, sizeof(err)), DSP_ECONFIG);
+		assert_non_null(strstr(err, names[i]));
+		assert_non_null(strstr(err, "empty"));
+		assert_null(c.listen); /* nothing left allocated */
+	}
+}
+
+/* Values are echoed escaped: control characters, quotes and backslashes; long ones cut. */
+static void values_are_escaped(void **state)
+{
+	char out[32];
+	const char *env[] = { "T_WAIT", "1\x1b[2J\n", NULL };
+	struct cfg c;
+	char err[200] = "";
+
+	config_escape("a\tb\"c\\d\x7f\x01", out, sizeof(out));
+	assert_string_equal(out, "a\\tb\\\"c\\\\d\\x7f\\x01");
+	config_escape("0123456789012345678901234567890123456789", out, sizeof(out));
+	assert_int_equal(strlen(out), sizeof(out) - 1);
+	assert_string_equal(out + sizeof(out) - 4, "...");
+	config_escape("\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n\n", out, sizeof(out));
+	assert_true(strlen(out) < sizeof(out));
+	assert_int_equal(load(env, &c, err, sizeof(err)), DSP_ECONFIG);
+	assert_non_null(strstr(err, "1\\x1b[2J\\n"));
+	assert_null(strchr(err, '\x1b'));
 }
 
 /* At, below and above each bound of an integer setting. */
@@ -87,9 +122,17 @@ static void int_bounds(void **state)
 		const char *v;
 		int ok;
 	} cases[] = {
-		{ "1", 1 },   { "0", 0 },   { "2", 1 },	 { "300", 1 },
-		{ "301", 0 }, { "299", 1 }, { "-5", 0 }, { "15s", 0 },
-		{ "", 1 },    { "abc", 0 }, { " 9", 1 }, { "99999999999999999999", 0 },
+		{ "1", 1 },
+		{ "0", 0 },
+		{ "2", 1 },
+		{ "300", 1 },
+		{ "301", 0 },
+		{ "299", 1 },
+		{ "-5", 0 },
+		{ "15s", 0 },
+		{ "abc", 0 },
+		{ " 9", 1 },
+		{ "99999999999999999999", 0 },
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -142,6 +185,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(defaults_apply),
 		cmocka_unit_test(values_override_defaults),
+		cmocka_unit_test(empty_is_refused),
+		cmocka_unit_test(values_are_escaped),
 		cmocka_unit_test(int_bounds),
 		cmocka_unit_test(bad_bool_and_enum_name_the_setting),
 		cmocka_unit_test(markdown_table_has_every_row),

@@ -19,6 +19,42 @@ struct readiness {
 	unsigned calls[N]; /* ready_cb calls in the current drr_next */
 };
 
+/* The face under test: drr_next itself, or drr_propose + drr_charge as the worker drives them
+ * over the asynchronous gate (next_via_propose). Every test below runs against both. */
+typedef int next_fn(struct drr *d, drr_ready_cb *ready, void *ctx, uint32_t *slot);
+static next_fn *next_face = drr_next;
+
+#define CAND_MAX 64 /* more than any ring in these tests */
+
+/* drr_next through the asynchronous face: the candidates go to "the gate" (ready) in requests
+ * of 1..16 (rotating, so walks longer than one request are exercised), asked in order until one
+ * is admitted or blocks; then the answers are charged. */
+static int next_via_propose(struct drr *d, drr_ready_cb *ready, void *ctx, uint32_t *slot)
+{
+	static const uint32_t pages[] = { 16, 1, 2, 3, 5 };
+	static unsigned turn;
+	uint32_t cand[CAND_MAX];
+	enum drr_ready answers[CAND_MAX];
+	uint32_t asked = 0;
+	bool done = false;
+
+	if (!d || !ready || !slot)
+		return -EINVAL;
+	while (!done) {
+		uint32_t page = pages[turn++ % 5], n;
+
+		assert_true(asked + page <= CAND_MAX);
+		assert_int_equal(drr_propose(d, asked, cand + asked, page, &n), 0);
+		for (uint32_t i = 0; i < n && !done; i++) {
+			answers[asked] = ready(ctx, cand[asked]);
+			done = answers[asked++] != DRR_NOT_READY;
+		}
+		if (n < page)
+			break; /* the walk ended */
+	}
+	return drr_charge(d, cand, answers, asked, slot);
+}
+
 static enum drr_ready ready_cb(void *ctx, uint32_t slot)
 {
 	struct readiness *r = ctx;
@@ -34,7 +70,7 @@ static uint32_t pick(struct drr *d, struct readiness *r)
 	uint32_t slot = DRR_NONE;
 
 	memset(r->calls, 0, sizeof(r->calls));
-	assert_int_equal(drr_next(d, ready_cb, r, &slot), 0);
+	assert_int_equal(next_face(d, ready_cb, r, &slot), 0);
 	for (int i = 0; i < N; i++)
 		assert_true(r->calls[i] <= 1);
 	return slot;
@@ -51,7 +87,7 @@ static void rejects_bad_input(void **state)
 	assert_int_equal(drr_init(&d, NULL, 2, 1, 0), -EINVAL);
 	assert_int_equal(drr_init(&d, e, 2, 2, UINT32_MAX - 1), -EINVAL);
 	assert_int_equal(drr_init(&d, e, 2, 1, 1), 0);
-	assert_int_equal(drr_next(&d, ready_cb, &r, &slot), -EAGAIN); /* empty ring */
+	assert_int_equal(next_face(&d, ready_cb, &r, &slot), -EAGAIN); /* empty ring */
 	assert_int_equal(drr_add(&d, 2), -EINVAL);
 	assert_int_equal(drr_add(&d, 1), 0);
 	assert_int_equal(drr_add(&d, 1), -EEXIST);
@@ -59,7 +95,7 @@ static void rejects_bad_input(void **state)
 	assert_int_equal(drr_remove(&d, 5), -EINVAL);
 	assert_true(drr_contains(&d, 1));
 	assert_false(drr_contains(&d, 0));
-	assert_int_equal(drr_next(&d, NULL, &r, &slot), -EINVAL);
+	assert_int_equal(next_face(&d, NULL, &r, &slot), -EINVAL);
 }
 
 static void equal_turns(void **state)
@@ -122,7 +158,7 @@ static void carry_is_bounded(void **state)
 	/* Nobody ready: -EAGAIN, each offered once, carries still bounded. */
 	r.ready[0] = r.ready[1] = false;
 	memset(r.calls, 0, sizeof(r.calls));
-	assert_int_equal(drr_next(&d, ready_cb, &r, &slot), -EAGAIN);
+	assert_int_equal(next_face(&d, ready_cb, &r, &slot), -EAGAIN);
 	assert_int_equal(r.calls[0], 1);
 	assert_int_equal(r.calls[1], 1);
 	assert_true(e[0].deficit <= 2 && e[1].deficit <= 2);
@@ -228,7 +264,7 @@ static void idle_passes_charge_nobody(void **state)
 					r.ready[i] = false;
 				r.blocked = blocked;
 				memset(r.calls, 0, sizeof(r.calls));
-				assert_int_equal(drr_next(&d, ready_cb, &r, &slot), -EAGAIN);
+				assert_int_equal(next_face(&d, ready_cb, &r, &slot), -EAGAIN);
 				/* Blocked: the walk stops at the first campaign asked. */
 				if (blocked)
 					assert_int_equal(r.calls[0] + r.calls[1] + r.calls[2], 1);
@@ -270,7 +306,7 @@ static void gate_refill(struct drr *d, struct gate_world *w)
 {
 	uint32_t c;
 
-	while (drr_next(d, gate_ready_cb, w, &c) == 0) {
+	while (next_face(d, gate_ready_cb, w, &c) == 0) {
 		w->calls[w->n_calls++] = c;
 		w->started[c]++;
 	}
@@ -319,6 +355,152 @@ static void gate_without_floors_rotates(void **state)
 	gate_world_run(false, 20, false);  /* enforcement off: the system level refuses */
 }
 
+/* drr_propose lists the ring from the turn, each campaign once, and changes nothing. */
+static void propose_lists_the_walk(void **state)
+{
+	struct drr d;
+	struct drr_entry e[N], before[N];
+	struct readiness r = { .ready = { true, true, true, true } };
+	uint32_t cand[N], n;
+
+	drr_init(&d, e, N, 2, 2);
+	assert_int_equal(drr_propose(&d, 0, cand, N, &n), 0);
+	assert_int_equal(n, 0); /* empty ring */
+	for (uint32_t i = 0; i < 4; i++)
+		drr_add(&d, i);
+	assert_int_equal(pick(&d, &r), 0); /* 0 is mid-turn */
+	memcpy(before, e, sizeof(e));
+	struct drr dbefore = d;
+	assert_int_equal(drr_propose(&d, 0, cand, N, &n), 0);
+	assert_int_equal(n, 4);
+	for (uint32_t i = 0; i < 4; i++)
+		assert_int_equal(cand[i], i);
+	assert_int_equal(drr_propose(&d, 1, cand, 2, &n), 0); /* the next request's page */
+	assert_int_equal(n, 2);
+	assert_int_equal(cand[0], 1);
+	assert_int_equal(cand[1], 2);
+	assert_int_equal(drr_propose(&d, 3, cand, 16, &n), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(cand[0], 3);
+	assert_int_equal(drr_propose(&d, 4, cand, 16, &n), 0);
+	assert_int_equal(n, 0);
+	assert_memory_equal(e, before, sizeof(e));
+	assert_memory_equal(&d, &dbefore, sizeof(d));
+	assert_int_equal(drr_propose(NULL, 0, cand, 1, &n), -EINVAL);
+	assert_int_equal(drr_propose(&d, 0, NULL, 1, &n), -EINVAL);
+}
+
+/* A proposal the ring no longer starts with is refused and changes nothing; one whose walked
+ * prefix still holds (a newcomer joined at the end of the round) is charged. */
+static void charge_refuses_a_stale_proposal(void **state)
+{
+	struct drr d;
+	struct drr_entry e[N], before[N];
+	uint32_t cand[N], n, slot = DRR_NONE;
+	enum drr_ready ans[N] = { DRR_NOT_READY, DRR_READY };
+
+	drr_init(&d, e, N, 1, 1);
+	for (uint32_t i = 0; i < 3; i++)
+		drr_add(&d, i);
+	assert_int_equal(drr_propose(&d, 0, cand, N, &n), 0);
+	drr_remove(&d, 0);
+	drr_add(&d, 0); /* 0 now last: the walk starts at 1 */
+	memcpy(before, e, sizeof(e));
+	assert_int_equal(drr_charge(&d, cand, ans, n, &slot), -ESTALE);
+	assert_memory_equal(e, before, sizeof(e));
+	assert_int_equal(d.head, 1);
+	assert_int_equal(drr_propose(&d, 0, cand, 2, &n), 0); /* 1, 2 */
+	drr_add(&d, 5);					      /* joins after 0 */
+	assert_int_equal(drr_charge(&d, cand, ans, n, &slot), 0);
+	assert_int_equal(slot, 2);
+	/* Every candidate refused, or the first blocking: no pick, nothing changes. */
+	assert_int_equal(drr_propose(&d, 0, cand, N, &n), 0);
+	assert_int_equal(n, 4);
+	memcpy(before, e, sizeof(e));
+	struct drr dbefore = d;
+	enum drr_ready none[N] = { DRR_NOT_READY, DRR_NOT_READY, DRR_NOT_READY, DRR_NOT_READY };
+	enum drr_ready blocked[N] = { DRR_NOT_READY, DRR_BLOCKED, DRR_READY };
+	assert_int_equal(drr_charge(&d, cand, none, n, &slot), -EAGAIN);
+	assert_int_equal(drr_charge(&d, cand, blocked, n, &slot), -EAGAIN);
+	assert_int_equal(drr_charge(&d, cand, none, 2, &slot), -EAGAIN); /* a partial walk */
+	for (uint32_t i = 0; i < N; i++)				 /* saved is scratch */
+		e[i].saved = before[i].saved;
+	assert_memory_equal(e, before, sizeof(e));
+	assert_memory_equal(&d, &dbefore, sizeof(d));
+	enum drr_ready bad[1] = { (enum drr_ready)7 };
+	assert_int_equal(drr_charge(&d, cand, bad, 1, &slot), -EINVAL);
+	assert_int_equal(drr_charge(&d, NULL, none, 1, &slot), -EINVAL);
+}
+
+/* The state of a selector, without the scratch field. */
+static void assert_same_state(const struct drr *a, const struct drr *b)
+{
+	assert_int_equal(a->head, b->head);
+	assert_int_equal(a->count, b->count);
+	assert_int_equal(a->in_turn, b->in_turn);
+	for (uint32_t i = 0; i < a->capacity; i++) {
+		const struct drr_entry *x = &a->entries[i], *y = &b->entries[i];
+		if (x->linked != y->linked || x->deficit != y->deficit ||
+		    (x->linked && (x->next != y->next || x->prev != y->prev)))
+			fail_msg("entry %u differs: deficit %u/%u linked %d/%d", i, x->deficit,
+				 y->deficit, x->linked, y->linked);
+	}
+}
+
+#define RN 24 /* more campaigns than one gate request holds */
+
+struct answers {
+	enum drr_ready a[RN];
+};
+
+static enum drr_ready table_cb(void *ctx, uint32_t slot)
+{
+	return ((struct answers *)ctx)->a[slot];
+}
+
+/* One selector driven by drr_next, its twin by drr_propose + drr_charge in requests of 1..16,
+ * the same random history for both (joins, leaves, readiness, blocking): after every step the
+ * same pick and the same state. 10 × 20,000 steps, fixed seed. */
+static void faces_agree_on_random_histories(void **state)
+{
+	uint64_t seed = 20240917;
+	unsigned picks = 0, none = 0;
+
+	for (int trial = 0; trial < 10; trial++) {
+		uint32_t q = 1 + (uint32_t)(rnd(&seed) % 4), carry = (uint32_t)(rnd(&seed) % 5);
+		struct drr a, b;
+		struct drr_entry ea[RN], eb[RN];
+
+		drr_init(&a, ea, RN, q, carry);
+		drr_init(&b, eb, RN, q, carry);
+		for (int t = 0; t < 20000; t++) {
+			uint32_t c = (uint32_t)(rnd(&seed) % RN), sa = DRR_NONE, sb = DRR_NONE;
+			struct answers ans;
+			unsigned p_ready = (unsigned)(rnd(&seed) % 100);
+
+			if (rnd(&seed) % 8 == 0) {
+				int ra = drr_contains(&a, c) ? drr_remove(&a, c) : drr_add(&a, c);
+				int rb = drr_contains(&b, c) ? drr_remove(&b, c) : drr_add(&b, c);
+				assert_int_equal(ra, rb);
+			}
+			for (uint32_t i = 0; i < RN; i++) {
+				unsigned x = (unsigned)(rnd(&seed) % 100);
+				ans.a[i] = x < p_ready ? DRR_READY
+					   : x < 97    ? DRR_NOT_READY
+						       : DRR_BLOCKED;
+			}
+			int ra = drr_next(&a, table_cb, &ans, &sa);
+			int rb = next_via_propose(&b, table_cb, &ans, &sb);
+			assert_int_equal(ra, rb);
+			assert_int_equal(sa, sb);
+			assert_same_state(&a, &b);
+			picks += ra == 0;
+			none += ra != 0;
+		}
+	}
+	assert_true(picks > 50000 && none > 10000); /* both outcomes well exercised */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -331,5 +513,15 @@ int main(void)
 		cmocka_unit_test(idle_passes_charge_nobody),
 		cmocka_unit_test(gate_without_floors_rotates),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	const struct CMUnitTest async_only[] = {
+		cmocka_unit_test(propose_lists_the_walk),
+		cmocka_unit_test(charge_refuses_a_stale_proposal),
+		cmocka_unit_test(faces_agree_on_random_histories),
+	};
+	int failed = cmocka_run_group_tests_name("drr_next", tests, NULL, NULL);
+
+	next_face = next_via_propose;
+	failed += cmocka_run_group_tests_name("drr_propose+drr_charge", tests, NULL, NULL);
+	failed += cmocka_run_group_tests_name("async face", async_only, NULL, NULL);
+	return failed;
 }

@@ -1,0 +1,774 @@
+/* The dialer: lanes, the provider POST, the retry table, the attempt ledger (dial.h). */
+#include "dial.h"
+
+#include "error.h"
+#include "gate_pg_int.h" /* struct pgarr */
+#include "list.h"
+#include "log.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* One row per request (D4); the idempotency key is the call id. Arrays, one per column. */
+#define SQL_ATTEMPTS                                                                               \
+	"INSERT INTO dial_attempts (call_id, contact_id, org_id, lane, attempt, try, status,"      \
+	" class, reason, waited_ms, latency_ms, idempotency_key)"                                  \
+	" SELECT a.call_id, a.contact_id, a.org_id, a.lane, a.attempt, a.try, a.status, a.class,"  \
+	" a.reason, a.waited_ms, a.latency_ms, a.call_id"                                          \
+	" FROM unnest($1::uuid[], $2::bigint[], $3::text[], $4::text[], $5::int[], $6::int[],"     \
+	" $7::int[], $8::text[], $9::text[], $10::int[], $11::int[])"                              \
+	" AS a(call_id, contact_id, org_id, lane, attempt, try, status, class, reason, waited_ms," \
+	" latency_ms)"
+
+/* $1 call id: no tries left, outcome unknown (D2); slots stay until an event or the sweep. */
+#define SQL_MARK_UNKNOWN                                                                           \
+	"UPDATE calls SET state = 'unknown', updated_at = now()"                                   \
+	" WHERE id = $1::uuid AND state = 'dialing'"
+
+#define N_COLS	     11
+#define ROWS_MAX     1000 /* attempt rows per statement */
+#define LANE_ORG_MAX 65
+
+struct dlane {
+	struct list_node node;
+	struct dial *d;
+	char org[LANE_ORG_MAX];
+	char name[LANE_ORG_MAX + 32];
+	struct lane lane;
+	struct list_node queue; /* calls waiting to be sent, in order */
+	uv_timer_t timer;	/* lane wait */
+	uv_timer_t probe;	/* stopped: resume after lane_probe_ms */
+	bool alerted;
+	int open_handles; /* closing: freed when both timers are closed */
+};
+
+struct dcall {
+	struct list_node node; /* lane queue, or the resend list */
+	struct dial *d;
+	struct dlane *lane;
+	struct dial_call c;
+	char call[40], org[65], campaign[65], agent[65], to[20], from[36];
+	unsigned sends, throttled;
+	bool maybe_delivered, queued, inflight, resend_wait;
+	uint64_t queued_ms;
+	uv_timer_t timer; /* resend delay */
+	struct http_client_call *http;
+};
+
+struct row {
+	char call[40], org[65], lane[LANE_ORG_MAX + 32], cls[16], reason[128];
+	int64_t contact;
+	int attempt, try, status, waited_ms, latency_ms;
+};
+
+struct dial {
+	uv_loop_t *loop;
+	struct pg_pool *pool;
+	struct http_client *http;
+	const struct pg_stmt *attempts, *unknown;
+	char *url, *auth, *callback, *provider;
+	struct dial_options o;
+	struct list_node lanes, resend;
+	struct row *rows;
+	uint32_t n_rows, cap_rows;
+	uv_timer_t flush; /* zero timer: the loop turn's attempt rows in one statement */
+	unsigned flushing;
+	bool draining, closing;
+	void (*drained_cb)(void *data);
+	void *drained_data;
+	void (*closed_cb)(void *data);
+	void *closed_data;
+	unsigned handles;
+	struct dial_stats st;
+	uint64_t rng;
+};
+
+static uint32_t rnd32(struct dial *d)
+{
+	d->rng ^= d->rng << 13;
+	d->rng ^= d->rng >> 7;
+	d->rng ^= d->rng << 17;
+	return (uint32_t)(d->rng >> 11);
+}
+
+static int64_t now_ms(struct dial *d)
+{
+	return (int64_t)uv_now(d->loop);
+}
+
+static int64_t unix_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void maybe_done(struct dial *d);
+static void lane_pump(struct dlane *l);
+
+/* ---- the attempt ledger ---- */
+
+static void flush_done(int status, const struct pg_results *r, void *data)
+{
+	struct dial *d = data;
+	uint64_t n = 0;
+
+	if (!status)
+		n = strtoull(PQcmdTuples((PGresult *)r->res[0]), NULL, 10);
+	if (status)
+		log_warn(LOG_DIAL, "dial_attempts insert failed: %s", dsp_strerror(status));
+	d->flushing--;
+	maybe_done(d);
+	(void)n;
+}
+
+static void flush_rows(uv_timer_t *t)
+{
+	struct dial *d = t->data;
+	struct pgarr a[N_COLS];
+	uint32_t n = d->n_rows < ROWS_MAX ? d->n_rows : ROWS_MAX;
+	const char *v[N_COLS];
+	int rc = -ENOMEM;
+
+	if (!n)
+		return;
+	for (int k = 0; k < N_COLS; k++)
+		pgarr_init(&a[k]);
+	for (uint32_t i = 0; i < n; i++) {
+		struct row *w = &d->rows[i];
+		pgarr_text(&a[0], w->call);
+		pgarr_int(&a[1], w->contact, w->contact == 0);
+		pgarr_text(&a[2], w->org);
+		pgarr_text(&a[3], w->lane);
+		pgarr_int(&a[4], w->attempt, false);
+		pgarr_int(&a[5], w->try, false);
+		pgarr_int(&a[6], w->status, w->status == 0);
+		pgarr_text(&a[7], w->cls);
+		pgarr_text(&a[8], w->reason[0] ? w->reason : NULL);
+		pgarr_int(&a[9], w->waited_ms, false);
+		pgarr_int(&a[10], w->latency_ms, w->latency_ms < 0);
+	}
+	bool ok = true;
+	for (int k = 0; k < N_COLS; k++)
+		ok = (v[k] = pgarr_end(&a[k])) && ok;
+	struct pg_query q = { .stmt = d->attempts, .nparams = N_COLS, .values = v };
+	if (ok && !(rc = pg_pool_exec(d->pool, PG_LANE_NORMAL, &q, flush_done, d))) {
+		d->flushing++;
+		d->st.attempts_rows += n;
+	} else {
+		log_warn(LOG_DIAL, "dial_attempts insert not sent: %s (%u rows lost)",
+			 dsp_strerror(rc), n);
+		d->st.attempts_lost += n;
+	}
+	for (int k = 0; k < N_COLS; k++)
+		pgarr_free(&a[k]);
+	memmove(d->rows, d->rows + n, (d->n_rows - n) * sizeof(*d->rows));
+	d->n_rows -= n;
+	if (d->n_rows)
+		uv_timer_start(&d->flush, flush_rows, 0, 0);
+}
+
+static void add_row(struct dcall *c, int status, const char *cls, const char *reason,
+		    int64_t waited, int64_t latency)
+{
+	struct dial *d = c->d;
+
+	if (d->n_rows == d->cap_rows) {
+		uint32_t cap = d->cap_rows ? d->cap_rows * 2 : 64;
+		struct row *r = realloc(d->rows, cap * sizeof(*r));
+		if (!r) {
+			d->st.attempts_lost++;
+			return;
+		}
+		d->rows = r;
+		d->cap_rows = cap;
+	}
+	struct row *w = &d->rows[d->n_rows++];
+	memset(w, 0, sizeof(*w));
+	snprintf(w->call, sizeof(w->call), "%s", c->call);
+	snprintf(w->org, sizeof(w->org), "%s", c->org);
+	snprintf(w->lane, sizeof(w->lane), "%s", c->lane->name);
+	snprintf(w->cls, sizeof(w->cls), "%s", cls);
+	snprintf(w->reason, sizeof(w->reason), "%s", reason ? reason : "");
+	w->contact = c->c.contact;
+	w->attempt = c->c.attempt;
+	w->try = (int)c->sends - 1;
+	w->status = status;
+	w->waited_ms = waited < 0 ? 0 : (int)waited;
+	w->latency_ms = (int)latency;
+	if (!uv_is_active((uv_handle_t *)&d->flush))
+		uv_timer_start(&d->flush, flush_rows, 0, 0);
+}
+
+/* ---- lanes ---- */
+
+static void handle_closed(uv_handle_t *h)
+{
+	struct dial *d = h->data;
+
+	d->handles--;
+	maybe_done(d);
+}
+
+static void lane_handle_closed(uv_handle_t *h)
+{
+	struct dlane *l = h->data;
+	struct dial *d = l->d;
+
+	if (--l->open_handles == 0)
+		free(l);
+	d->handles--;
+	maybe_done(d);
+}
+
+static struct dlane *lane_get(struct dial *d, const char *org)
+{
+	struct list_node *n;
+	struct dlane *l;
+
+	for (n = d->lanes.next; n != &d->lanes; n = n->next) {
+		l = list_entry(n, struct dlane, node);
+		if (strcmp(l->org, org) == 0)
+			return l;
+	}
+	if (!(l = calloc(1, sizeof(*l))))
+		return NULL;
+	l->d = d;
+	snprintf(l->org, sizeof(l->org), "%s", org);
+	snprintf(l->name, sizeof(l->name), "%s/%s", d->provider, org);
+	lane_init(&l->lane, &d->o.lane, now_ms(d));
+	list_init(&l->queue);
+	uv_timer_init(d->loop, &l->timer);
+	uv_timer_init(d->loop, &l->probe);
+	l->timer.data = l;
+	l->probe.data = l;
+	list_add_tail(&d->lanes, &l->node);
+	return l;
+}
+
+static void lane_timer_cb(uv_timer_t *t)
+{
+	lane_pump(t->data);
+}
+
+static void finish(struct dcall *c, struct dial_result *r);
+
+static void stop_lane_calls(struct dlane *l, enum dial_disposition disp)
+{
+	while (!list_empty(&l->queue)) {
+		struct dcall *c = list_entry(list_first(&l->queue), struct dcall, node);
+		list_del(&c->node);
+		c->queued = false;
+		struct dial_result r = { .disposition = disp, .reason = RETRY_REASON_CREDENTIALS };
+		finish(c, &r);
+	}
+}
+
+static void probe_cb(uv_timer_t *t)
+{
+	struct dlane *l = t->data;
+
+	log_info(LOG_DIAL, "lane %s: probing again after a stop", l->name);
+	lane_resume(&l->lane);
+	l->lane.stopped = false;
+	l->alerted = false;
+	lane_pump(l);
+}
+
+/* ---- one call ---- */
+
+static void call_closed(uv_handle_t *h)
+{
+	struct dcall *c = h->data;
+	struct dial *d = c->d;
+
+	free(c);
+	d->handles--;
+	maybe_done(d);
+}
+
+static void finish(struct dcall *c, struct dial_result *r)
+{
+	struct dial *d = c->d;
+
+	r->call = &c->c;
+	if (!r->text)
+		r->text = "";
+	switch (r->disposition) {
+	case DIAL_PLACED:
+		d->st.placed++;
+		break;
+	case DIAL_REFUSED:
+		d->st.refused++;
+		break;
+	case DIAL_INVALID:
+		d->st.invalid++;
+		break;
+	case DIAL_STOPPED:
+		d->st.stopped++;
+		break;
+	case DIAL_UNKNOWN:
+		d->st.unknown++;
+		break;
+	case DIAL_DRAINED:
+		d->st.drained++;
+		break;
+	}
+	if (r->disposition == DIAL_UNKNOWN) {
+		const char *v[1] = { c->call };
+		struct pg_query q = { .stmt = d->unknown, .nparams = 1, .values = v };
+		if (pg_pool_exec(d->pool, PG_LANE_NORMAL, &q, NULL, NULL) < 0)
+			log_warn(LOG_DIAL, "call %s: could not mark unknown", c->call);
+	}
+	d->o.done_cb(d, r, d->o.data);
+	uv_close((uv_handle_t *)&c->timer, call_closed);
+}
+
+static void send_call(struct dcall *c);
+
+static void resend_cb(uv_timer_t *t)
+{
+	struct dcall *c = t->data;
+
+	list_del(&c->node);
+	c->resend_wait = false;
+	c->queued = true;
+	c->queued_ms = (uint64_t)now_ms(c->d);
+	list_add_head(&c->lane->queue, &c->node);
+	lane_pump(c->lane);
+}
+
+static bool body_throttled(const char *body)
+{
+	cJSON *j = cJSON_Parse(body);
+	const cJSON *e = j ? cJSON_GetObjectItemCaseSensitive(j, "error") : NULL;
+	bool t = cJSON_IsString(e) && strstr(e->valuestring, "throttl") != NULL;
+
+	cJSON_Delete(j);
+	return t;
+}
+
+static void provider_id(const char *body, char *out, size_t size)
+{
+	cJSON *j = cJSON_Parse(body);
+	const cJSON *e = j ? cJSON_GetObjectItemCaseSensitive(j, "call_id") : NULL;
+
+	out[0] = '\0';
+	if (cJSON_IsString(e))
+		snprintf(out, size, "%s", e->valuestring);
+	cJSON_Delete(j);
+}
+
+static enum retry_transport transport_of(enum http_client_class cls)
+{
+	switch (cls) {
+	case HTTP_CLIENT_OK:
+		return RETRY_TRANSPORT_NONE;
+	case HTTP_CLIENT_CONNECT_TIMEOUT:
+		return RETRY_TRANSPORT_CONNECT_TIMEOUT;
+	case HTTP_CLIENT_CONNECT_FAILED:
+		return RETRY_TRANSPORT_CONNECT_FAILED;
+	case HTTP_CLIENT_READ_TIMEOUT:
+		return RETRY_TRANSPORT_READ_TIMEOUT;
+	default:
+		return RETRY_TRANSPORT_RESET; /* may have been delivered */
+	}
+}
+
+static void answered(const struct http_client_response *resp, void *data)
+{
+	struct dcall *c = data;
+	struct dial *d = c->d;
+	struct retry_answer a = { 0 };
+	struct retry_decision dec;
+	char pid[128] = "";
+
+	c->http = NULL;
+	c->inflight = false;
+	d->st.inflight--;
+	if (resp->cls == HTTP_CLIENT_CANCELLED) { /* dial_close(): it may have been delivered */
+		add_row(c, 0, "unknown", "cancelled", 0, (int64_t)resp->total_ms);
+		struct dial_result r = { .disposition = DIAL_UNKNOWN };
+		finish(c, &r);
+		return;
+	}
+	a.status = resp->cls == HTTP_CLIENT_OK ? resp->status : 0;
+	a.transport = transport_of(resp->cls);
+	a.retry_after = http_client_response_header(resp, "Retry-After");
+	a.body_throttled = a.status >= 200 && a.status < 300 && body_throttled(resp->body);
+	struct retry_counts cnt = { .throttled = c->throttled,
+				    .sends = c->sends,
+				    .maybe_delivered = c->maybe_delivered };
+	retry_classify(&d->o.policy, &a, &cnt, unix_ms(), rnd32(d), &dec);
+	lane_record(&c->lane->lane, now_ms(d), &dec);
+	if (dec.reason == RETRY_REASON_THROTTLED || dec.reason == RETRY_REASON_THROTTLED_HEADER)
+		c->throttled++;
+	if (a.transport != RETRY_TRANSPORT_NONE && a.transport != RETRY_TRANSPORT_CONNECT_FAILED &&
+	    a.transport != RETRY_TRANSPORT_CONNECT_TIMEOUT)
+		c->maybe_delivered = true;
+	if (a.status >= 500)
+		c->maybe_delivered = true;
+	char reason[128];
+	snprintf(reason, sizeof(reason), "%s%s%s", retry_reason_name(dec.reason),
+		 resp->cls == HTTP_CLIENT_OK ? "" : ": ",
+		 resp->cls == HTTP_CLIENT_OK ? "" : resp->error);
+	add_row(c, a.status, retry_verdict_name(dec.verdict),
+		dec.verdict == RETRY_OK ? NULL : reason, 0, (int64_t)resp->total_ms);
+	struct dial_result r = { .reason = dec.reason, .status = a.status };
+	switch (dec.verdict) {
+	case RETRY_OK:
+		provider_id(resp->body, pid, sizeof(pid));
+		r.disposition = DIAL_PLACED;
+		r.provider_call_id = pid[0] ? pid : NULL;
+		finish(c, &r);
+		break;
+	case RETRY_RESEND:
+		if (d->draining) {
+			r.disposition = DIAL_UNKNOWN;
+			finish(c, &r);
+			break;
+		}
+		c->resend_wait = true;
+		list_add_tail(&d->resend, &c->node);
+		uv_timer_start(&c->timer, resend_cb, dec.delay_ms, 0);
+		break;
+	case RETRY_UNKNOWN:
+		r.disposition = DIAL_UNKNOWN;
+		finish(c, &r);
+		break;
+	case RETRY_REFUSED:
+		r.disposition = DIAL_REFUSED;
+		r.delay_ms = dec.delay_ms;
+		r.requeue = dec.requeue;
+		finish(c, &r);
+		break;
+	case RETRY_INVALID:
+		r.disposition = DIAL_INVALID;
+		r.text = resp->body;
+		finish(c, &r);
+		break;
+	case RETRY_STOP_LANE: {
+		struct dlane *l = c->lane;
+		if (!l->alerted) {
+			l->alerted = true;
+			d->st.lane_stops++;
+			log_error(LOG_DIAL,
+				  "ALERT lane %s stopped: the provider answered %d (credentials or "
+				  "contract; check PROVIDER_TOKEN); probing again in %llu ms",
+				  l->name, a.status, (unsigned long long)d->o.lane_probe_ms);
+			uv_timer_start(&l->probe, probe_cb, d->o.lane_probe_ms, 0);
+		}
+		r.disposition = DIAL_STOPPED;
+		finish(c, &r);
+		stop_lane_calls(l, DIAL_STOPPED);
+		break;
+	}
+	}
+	maybe_done(d);
+}
+
+static int post(struct dcall *c)
+{
+	struct dial *d = c->d;
+	char key[64];
+	const char *headers[3] = { "Content-Type: application/json", key, d->auth };
+	cJSON *j = cJSON_CreateObject();
+	char *body;
+	int rc;
+
+	snprintf(key, sizeof(key), "Idempotency-Key: %s", c->call);
+	if (!j)
+		return -ENOMEM;
+	cJSON_AddStringToObject(j, "to", c->c.to);
+	if (c->c.from)
+		cJSON_AddStringToObject(j, "from", c->c.from);
+	else
+		cJSON_AddNullToObject(j, "from");
+	cJSON_AddStringToObject(j, "org_id", c->c.org);
+	if (c->c.campaign)
+		cJSON_AddStringToObject(j, "campaign_id", c->c.campaign);
+	else
+		cJSON_AddNullToObject(j, "campaign_id");
+	cJSON_AddStringToObject(j, "agent_id", c->c.agent);
+	if (c->c.contact) {
+		char ct[24];
+		snprintf(ct, sizeof(ct), "%" PRId64, c->c.contact);
+		cJSON_AddStringToObject(j, "contact_id", ct);
+	} else {
+		cJSON_AddNullToObject(j, "contact_id");
+	}
+	cJSON_AddNumberToObject(j, "attempt", c->c.attempt);
+	cJSON_AddStringToObject(j, "callback_url", d->callback);
+	body = cJSON_PrintUnformatted(j);
+	cJSON_Delete(j);
+	if (!body)
+		return -ENOMEM;
+	struct http_client_request req = { .method = "POST",
+					   .url = d->url,
+					   .headers = headers,
+					   .nheaders = d->auth ? 3 : 2,
+					   .body = body,
+					   .body_len = strlen(body) };
+	rc = http_client_send(d->http, &req, answered, c, &c->http);
+	free(body);
+	return rc;
+}
+
+static void send_call(struct dcall *c)
+{
+	struct dial *d = c->d;
+	int64_t waited = now_ms(d) - (int64_t)c->queued_ms;
+
+	c->sends++;
+	d->st.sends++;
+	if (c->sends > 1)
+		d->st.resends++;
+	int rc = post(c);
+	if (rc) {
+		add_row(c, 0, "refused", "not sent", waited, -1);
+		struct dial_result r = { .disposition = DIAL_REFUSED, .delay_ms = 1000 };
+		if (c->maybe_delivered)
+			r.disposition = DIAL_UNKNOWN;
+		finish(c, &r);
+		return;
+	}
+	c->inflight = true;
+	d->st.inflight++;
+}
+
+static void lane_pump(struct dlane *l)
+{
+	struct dial *d = l->d;
+
+	while (!list_empty(&l->queue)) {
+		struct dcall *c = list_entry(list_first(&l->queue), struct dcall, node);
+		uint64_t wait = 0;
+		enum lane_gate g = lane_admit(&l->lane, now_ms(d), c->sends > 0, &wait);
+		if (g == LANE_STOPPED) {
+			stop_lane_calls(l, DIAL_STOPPED);
+			return;
+		}
+		if (g == LANE_WAIT) {
+			uv_timer_start(&l->timer, lane_timer_cb, wait ? wait : 1, 0);
+			return;
+		}
+		list_del(&c->node);
+		c->queued = false;
+		lane_circuit_sent(&l->lane.circuit, now_ms(d));
+		send_call(c);
+	}
+}
+
+/* ---- the public face ---- */
+
+int dial_new(const struct dial_options *o, struct dial **out)
+{
+	struct http_client_config hc;
+	struct dial *d;
+	int rc = -ENOMEM;
+
+	if (!o || !out || !o->loop || !o->pool || !o->provider_url || !o->callback_url ||
+	    !o->done_cb)
+		return -EINVAL;
+	if (!(d = calloc(1, sizeof(*d))))
+		return -ENOMEM;
+	d->loop = o->loop;
+	d->pool = o->pool;
+	d->o = *o;
+	if (!d->o.timeout_ms)
+		d->o.timeout_ms = 10000;
+	if (!d->o.connect_timeout_ms)
+		d->o.connect_timeout_ms = 2000;
+	if (!d->o.lane_probe_ms)
+		d->o.lane_probe_ms = 300000;
+	d->rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)uv_hrtime();
+	list_init(&d->lanes);
+	list_init(&d->resend);
+	size_t ul = strlen(o->provider_url);
+	while (ul && o->provider_url[ul - 1] == '/')
+		ul--;
+	if (!(d->url = malloc(ul + 7)))
+		goto fail;
+	snprintf(d->url, ul + 7, "%.*s/calls", (int)ul, o->provider_url);
+	if (!(d->callback = strdup(o->callback_url)) ||
+	    !(d->provider = strdup(o->provider_name ? o->provider_name : "provider")))
+		goto fail;
+	if (o->token && *o->token) {
+		size_t n = strlen(o->token) + 32;
+		if (!(d->auth = malloc(n)))
+			goto fail;
+		snprintf(d->auth, n, "Authorization: Bearer %s", o->token);
+	}
+	if ((rc = pg_pool_prepare(o->pool, SQL_ATTEMPTS, N_COLS, &d->attempts)) ||
+	    (rc = pg_pool_prepare(o->pool, SQL_MARK_UNKNOWN, 1, &d->unknown)))
+		goto fail;
+	http_client_config_defaults(&hc);
+	hc.timeout_ms = d->o.timeout_ms;
+	hc.connect_timeout_ms = d->o.connect_timeout_ms;
+	hc.no_proxy = true;
+	hc.max_cached_connections = 256;
+	hc.idle_handles = 256;
+	if ((rc = http_client_new(o->loop, &hc, &d->http)))
+		goto fail;
+	uv_timer_init(o->loop, &d->flush);
+	d->flush.data = d;
+	*out = d;
+	return 0;
+fail:
+	free(d->url);
+	free(d->callback);
+	free(d->provider);
+	free(d->auth);
+	free(d);
+	return rc;
+}
+
+int dial_start(struct dial *d, const struct dial_call *in)
+{
+	struct dcall *c;
+	struct dlane *l;
+
+	if (!in || !in->call || !in->org || !in->agent || !in->to || in->attempt < 1)
+		return -EINVAL;
+	if (d->draining || d->closing)
+		return -ESHUTDOWN;
+	if (!(l = lane_get(d, in->org)) || !(c = calloc(1, sizeof(*c))))
+		return -ENOMEM;
+	c->d = d;
+	c->lane = l;
+	snprintf(c->call, sizeof(c->call), "%s", in->call);
+	snprintf(c->org, sizeof(c->org), "%s", in->org);
+	snprintf(c->campaign, sizeof(c->campaign), "%s", in->campaign ? in->campaign : "");
+	snprintf(c->agent, sizeof(c->agent), "%s", in->agent);
+	snprintf(c->to, sizeof(c->to), "%s", in->to);
+	snprintf(c->from, sizeof(c->from), "%s", in->from ? in->from : "");
+	c->c = (struct dial_call){ .call = c->call,
+				   .org = c->org,
+				   .campaign = in->campaign ? c->campaign : NULL,
+				   .agent = c->agent,
+				   .contact = in->contact,
+				   .attempt = in->attempt,
+				   .to = c->to,
+				   .from = in->from ? c->from : NULL };
+	uv_timer_init(d->loop, &c->timer);
+	c->timer.data = c;
+	d->handles++;
+	c->queued = true;
+	c->queued_ms = (uint64_t)now_ms(d);
+	list_add_tail(&l->queue, &c->node);
+	/* Sent from the lane's timer, never from inside this call (done_cb may run on a stop). */
+	if (!uv_is_active((uv_handle_t *)&l->timer))
+		uv_timer_start(&l->timer, lane_timer_cb, 0, 0);
+	return 0;
+}
+
+bool dial_lane_stopped(struct dial *d, const char *org)
+{
+	struct list_node *n;
+
+	for (n = d->lanes.next; n != &d->lanes; n = n->next) {
+		struct dlane *l = list_entry(n, struct dlane, node);
+		if (strcmp(l->org, org) == 0)
+			return l->lane.stopped;
+	}
+	return false;
+}
+
+static void maybe_done(struct dial *d)
+{
+	if (d->draining && d->drained_cb && !d->st.inflight && !d->n_rows && !d->flushing) {
+		void (*cb)(void *) = d->drained_cb;
+		d->drained_cb = NULL;
+		cb(d->drained_data);
+	}
+	if (d->closing && !d->handles && !d->flushing && d->http == NULL) {
+		void (*cb)(void *) = d->closed_cb;
+		void *data = d->closed_data;
+		free(d->rows);
+		free(d->url);
+		free(d->callback);
+		free(d->provider);
+		free(d->auth);
+		free(d);
+		if (cb)
+			cb(data);
+	}
+}
+
+static void end_waiting(struct dial *d)
+{
+	struct list_node *n;
+
+	for (n = d->lanes.next; n != &d->lanes; n = n->next)
+		stop_lane_calls(list_entry(n, struct dlane, node), DIAL_DRAINED);
+	while (!list_empty(&d->resend)) {
+		struct dcall *c = list_entry(list_first(&d->resend), struct dcall, node);
+		list_del(&c->node);
+		uv_timer_stop(&c->timer);
+		c->resend_wait = false;
+		struct dial_result r = { .disposition = DIAL_UNKNOWN };
+		finish(c, &r);
+	}
+}
+
+void dial_drain(struct dial *d, void (*cb)(void *data), void *data)
+{
+	d->draining = true;
+	d->drained_cb = cb;
+	d->drained_data = data;
+	end_waiting(d);
+	maybe_done(d);
+}
+
+void dial_get_stats(const struct dial *d, struct dial_stats *out)
+{
+	*out = d->st;
+	out->queued = 0;
+	for (struct list_node *n = d->lanes.next; n != &d->lanes; n = n->next) {
+		struct dlane *l = list_entry(n, struct dlane, node);
+		for (struct list_node *m = l->queue.next; m != &l->queue; m = m->next)
+			out->queued++;
+	}
+	for (struct list_node *m = d->resend.next; m != &d->resend; m = m->next)
+		out->queued++;
+}
+
+static void client_closed(struct http_client *c, void *data)
+{
+	struct dial *d = data;
+
+	(void)c;
+	d->http = NULL;
+	maybe_done(d);
+}
+
+void dial_close(struct dial *d, void (*closed_cb)(void *data), void *data)
+{
+	d->draining = true;
+	d->drained_cb = NULL;
+	end_waiting(d);
+	d->closing = true;
+	d->closed_cb = closed_cb;
+	d->closed_data = data;
+	uv_timer_stop(&d->flush);
+	if (d->n_rows)
+		flush_rows(&d->flush); /* best effort: the pool may answer -ECANCELED */
+	while (!list_empty(&d->lanes)) {
+		struct dlane *l = list_entry(list_first(&d->lanes), struct dlane, node);
+		list_del(&l->node);
+		d->handles += 2;
+		l->open_handles = 2;
+		uv_close((uv_handle_t *)&l->timer, lane_handle_closed);
+		uv_close((uv_handle_t *)&l->probe, lane_handle_closed);
+	}
+	d->handles++;
+	d->flush.data = d;
+	uv_close((uv_handle_t *)&d->flush, handle_closed);
+	http_client_close(d->http, client_closed, d); /* in-flight calls end DIAL_UNKNOWN */
+}

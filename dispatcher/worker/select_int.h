@@ -1,0 +1,94 @@
+/* Internal to select.c and admit.c: the per-organisation state of the selector. */
+#ifndef DSP_WORKER_SELECT_INT_H
+#define DSP_WORKER_SELECT_INT_H
+
+#include "drr.h"
+#include "list.h"
+#include "select.h"
+
+#define SEL_CAMP_MAX CLAIM_CAMPAIGNS_MAX /* campaigns per org the worker selects from */
+#define SEL_ID	     65
+
+struct sorg;
+
+struct scontact {
+	struct list_node node; /* its campaign's queue, oldest claim first */
+	struct scamp *camp;
+	int64_t id, token;
+	int32_t attempts;
+	char phone[20];
+	uint64_t claimed_ms;
+	bool reserved; /* a candidate of an admission in flight */
+};
+
+struct scamp {
+	char id[SEL_ID], agent[SEL_ID], from[36];
+	bool used, has_from, seen;
+	uint32_t slot; /* index in sorg.camps and in the DRR entries */
+	struct list_node contacts;
+	uint32_t n;
+};
+
+enum sadmit_state {
+	SA_IDLE = 0, /* not sent yet, or answered and not waiting */
+	SA_INFLIGHT,
+	SA_WAITING, /* refused: registered as a waiter (redis) or retried on a tick (postgres) */
+};
+
+struct sadmit {
+	struct list_node node; /* sorg.admits */
+	struct sorg *org;
+	char call[40];
+	enum sadmit_state st;
+	bool registered; /* handoff_add() done */
+	bool woken;	 /* a wake arrived while in flight */
+	uint64_t since_ms;
+	uint64_t epoch;
+	struct scontact *cand[GATE_CANDIDATES_MAX];
+	uint32_t n;
+	uint32_t slots[GATE_CANDIDATES_MAX]; /* drr_propose()'s walk, candidates or not */
+	uint32_t n_slots;
+	uint32_t cand_slot[GATE_CANDIDATES_MAX]; /* index in slots[] of cand[i] */
+};
+
+struct sorg {
+	struct list_node node;
+	struct select *s;
+	char id[SEL_ID];
+	uint32_t org_limit;
+	struct scamp camps[SEL_CAMP_MAX];
+	struct drr drr;
+	struct drr_entry entries[SEL_CAMP_MAX];
+	uint32_t n_camps, held, freec;
+	struct list_node admits;
+	uint32_t n_admits;
+	bool claiming;
+	uint64_t retry_at; /* no admission before (after an error) */
+};
+
+struct select {
+	struct select_options o;
+	struct list_node orgs;
+	uv_timer_t tick, demand;
+	bool started, draining, closing, scanning;
+	unsigned pending; /* hand-backs and claims in flight */
+	unsigned handles;
+	void (*drained_cb)(void *data);
+	void *drained_data;
+	void (*closed_cb)(void *data);
+	void *closed_data;
+	struct select_stats st;
+};
+
+/* select.c */
+void sel_pump(struct sorg *o);
+void sel_release_contact(struct scontact *c, bool free_it);
+void sel_charge(struct sorg *o, const struct sadmit *a, uint32_t index);
+uint32_t sel_tokens(const struct sorg *o);
+void sel_maybe_drained(struct select *s);
+/* admit.c */
+void admit_launch(struct sadmit *a);
+void admit_free(struct sadmit *a, bool unwait);
+void admit_wake_org(struct sorg *o);
+
+#endif

@@ -1,0 +1,560 @@
+/* The worker process: wiring, readiness, drain (worker.h). */
+#include "worker.h"
+
+#include "claim.h"
+#include "error.h"
+#include "gate.h"
+#include "gate_flow.h"
+#include "gate_mode.h"
+#include "gate_recon.h"
+#include "handoff.h"
+#include "log.h"
+#include "pg_pool.h"
+#include "reconciler.h"
+#include "redis_conn.h"
+#include "redis_sub.h"
+#include "refresher.h"
+#include "select.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define EVENTS_MAX_BODY 65536
+
+struct worker {
+	uv_loop_t *loop;
+	struct worker_options o;
+	char host[256];
+	int port;
+	char callback[1024];
+	struct redis_scripts *reg;
+	struct redis_conn *conn;
+	struct redis_sub *sub;
+	struct gate *gate;
+	struct pg_pool *pool;
+	struct gate_pg *gpg;
+	struct gate_flow *flow;
+	struct gate_mode_ctl *mode;
+	struct handoff *handoff;
+	struct refresher *refresher;
+	struct reconciler *reconciler;
+	struct claim *claim;
+	struct dial *dial;
+	struct select *sel;
+	struct http_server *http;
+	uv_signal_t sigterm, sigint;
+	uv_timer_t drain_timer;
+	bool draining, started;
+	int exit_code;
+	worker_events_handler events;
+	void *events_data;
+	worker_dial_hook dial_hook;
+	void *dial_hook_data;
+};
+
+/* ---- events forwarded to the gate mode controller and the hand-off ---- */
+
+static void on_redis_event(struct redis_conn *c, const struct redis_conn_event *ev, void *data)
+{
+	struct worker *w = data;
+
+	(void)c;
+	if (w->mode)
+		gate_mode_redis_event(w->mode, ev);
+}
+
+static void on_sub_state(struct redis_sub *sub, bool up, void *data)
+{
+	struct worker *w = data;
+
+	(void)sub;
+	if (up && w->handoff)
+		handoff_resubscribed(w->handoff);
+}
+
+static void on_pg_state(struct pg_pool *pool, unsigned index, bool up, void *data)
+{
+	struct worker *w = data;
+
+	(void)pool;
+	(void)index;
+	if (up && w->mode)
+		gate_mode_pg_up(w->mode);
+}
+
+static void on_mode_notify(const char *channel, const char *payload, void *data)
+{
+	struct worker *w = data;
+
+	(void)channel;
+	if (w->mode)
+		gate_mode_notify(w->mode, payload);
+}
+
+static void on_free_notify(const char *channel, const char *payload, void *data)
+{
+	struct worker *w = data;
+
+	(void)channel;
+	if (w->sel)
+		select_org_freed(w->sel, payload);
+}
+
+static void on_mode_change(struct gate_mode_ctl *c, const struct gate_mode_state *s, void *data)
+{
+	struct worker *w = data;
+
+	(void)c;
+	log_info(LOG_GATE, "gate mode %s epoch %llu%s%s", gate_mode_name(s->mode),
+		 (unsigned long long)s->epoch, s->usable ? " usable" : "",
+		 s->switching ? " switching" : "");
+	if (w->sel)
+		select_mode_changed(w->sel);
+}
+
+/* ---- dial results ---- */
+
+static void on_dial(struct dial *d, const struct dial_result *r, void *data)
+{
+	struct worker *w = data;
+
+	(void)d;
+	if (r->disposition == DIAL_PLACED || r->disposition == DIAL_UNKNOWN)
+		return; /* the events (or the sweep) end the call */
+	if (w->dial_hook) {
+		w->dial_hook(w, r, w->dial_hook_data);
+		return;
+	}
+	/* No call_end registered: the row stays dialing until the sweeps settle it. */
+	log_warn(LOG_DIAL, "call %s org %s: %s (status %d) and no call_end registered",
+		 r->call->call, r->call->org, retry_reason_name(r->reason), r->status);
+}
+
+/* ---- HTTP ---- */
+
+static void healthz(struct http_request *req, void *data)
+{
+	(void)data;
+	http_respond(req, 200, "application/json", "{\"ok\":true}", 11);
+}
+
+static bool ready(const struct worker *w)
+{
+	struct gate_mode_state s;
+
+	if (w->draining || !pg_pool_up_count(w->pool))
+		return false;
+	gate_mode_get(w->mode, &s);
+	return s.usable && !s.switching;
+}
+
+static void readyz(struct http_request *req, void *data)
+{
+	struct worker *w = data;
+
+	if (ready(w))
+		http_respond(req, 200, "application/json", "{\"ready\":true}", 14);
+	else
+		http_respond_error(req, 503, "not_ready",
+				   w->draining ? "draining"
+					       : "PostgreSQL down or the gate mode not usable yet");
+}
+
+static void provider_events(struct http_request *req, void *data)
+{
+	struct worker *w = data;
+
+	if (!w->events) {
+		http_respond_error(req, 503, "unavailable", "provider events are not handled yet");
+		return;
+	}
+	w->events(w, req, w->events_data);
+}
+
+/* ---- close and drain ---- */
+
+static void closed_noop(uv_handle_t *h)
+{
+	(void)h;
+}
+
+static void sub_closed(void *data)
+{
+	struct worker *w = data;
+
+	handoff_free(w->handoff); /* the subscriber is closed: its timers go now */
+	w->handoff = NULL;
+}
+
+static void close_all(struct worker *w)
+{
+	if (w->sel)
+		select_close(w->sel, NULL, NULL);
+	w->sel = NULL;
+	if (w->dial)
+		dial_close(w->dial, NULL, NULL);
+	w->dial = NULL;
+	if (w->flow)
+		gate_flow_close(w->flow, NULL, NULL);
+	w->flow = NULL;
+	if (w->refresher)
+		refresher_free(w->refresher);
+	w->refresher = NULL;
+	if (w->reconciler)
+		reconciler_close(w->reconciler, NULL, NULL);
+	w->reconciler = NULL;
+	if (w->mode)
+		gate_mode_close(w->mode);
+	w->mode = NULL;
+	if (w->sub)
+		redis_sub_close(w->sub, sub_closed, w);
+	w->sub = NULL;
+	if (w->pool)
+		pg_pool_close(w->pool, NULL, NULL);
+	if (w->conn)
+		redis_conn_close(w->conn, NULL, NULL);
+	w->conn = NULL;
+	if (w->started) {
+		uv_close((uv_handle_t *)&w->sigterm, closed_noop);
+		uv_close((uv_handle_t *)&w->sigint, closed_noop);
+		uv_close((uv_handle_t *)&w->drain_timer, closed_noop);
+		w->started = false;
+	}
+}
+
+static void http_closed(struct http_server *s, void *data)
+{
+	struct worker *w = data;
+
+	(void)s;
+	w->http = NULL;
+	log_info(LOG_MAIN, "drained: closing");
+	close_all(w);
+}
+
+static void dial_drained(void *data)
+{
+	struct worker *w = data;
+
+	if (w->http)
+		http_server_close(w->http, http_closed, w);
+	else
+		close_all(w);
+}
+
+static void select_drained(void *data)
+{
+	struct worker *w = data;
+
+	log_info(LOG_MAIN, "drain: contacts handed back; finishing provider requests");
+	dial_drain(w->dial, dial_drained, w);
+}
+
+static void drain_timeout(uv_timer_t *t)
+{
+	(void)t;
+	log_error(LOG_MAIN, "drain did not finish within DISPATCHER_DRAIN_SECONDS: exiting now "
+			    "(leases bring the contacts back)");
+	exit(1);
+}
+
+void worker_drain(struct worker *w)
+{
+	if (w->draining)
+		return;
+	w->draining = true;
+	log_info(LOG_MAIN, "drain: stop claiming, handing waiting contacts back");
+	uv_timer_start(&w->drain_timer, drain_timeout, w->o.drain_ms, 0);
+	w->exit_code = 0;
+	select_drain(w->sel, select_drained, w);
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+	struct worker *w = s->data;
+
+	if (w->draining) {
+		log_warn(LOG_MAIN, "signal %d during the drain: exiting now", signum);
+		exit(1);
+	}
+	worker_drain(w);
+}
+
+/* ---- construction ---- */
+
+static int parse_listen(struct worker *w)
+{
+	const char *colon = strrchr(w->o.listen, ':');
+	char *end;
+
+	if (!colon || colon == w->o.listen || (size_t)(colon - w->o.listen) >= sizeof(w->host))
+		return -EINVAL;
+	long p = strtol(colon + 1, &end, 10);
+	if (*end || p < 0 || p > 65535)
+		return -EINVAL;
+	snprintf(w->host, sizeof(w->host), "%.*s", (int)(colon - w->o.listen), w->o.listen);
+	w->port = (int)p;
+	return 0;
+}
+
+static int build_connections(struct worker *w)
+{
+	const struct worker_options *o = &w->o;
+	struct redis_conn_options ro = { .url = o->redis_url,
+					 .name = "gate",
+					 .connect_timeout_ms = o->redis_connect_timeout_ms,
+					 .command_timeout_ms = o->redis_command_timeout_ms,
+					 .reconnect_min_ms = o->reconnect_min_ms,
+					 .reconnect_max_ms = o->reconnect_max_ms,
+					 .generation_key = GATE_SYS_GEN_KEY,
+					 .event_cb = on_redis_event,
+					 .data = w };
+	struct pg_pool_options po = { .conninfo = o->database_url,
+				      .name = "worker",
+				      .size = o->pg_pool_size ? o->pg_pool_size : 4,
+				      .priority_size = 1,
+				      .connect_timeout_ms = o->pg_connect_timeout_ms,
+				      .query_timeout_ms = o->pg_query_timeout_ms,
+				      .reconnect_min_ms = o->reconnect_min_ms,
+				      .reconnect_max_ms = o->reconnect_max_ms,
+				      .state_cb = on_pg_state,
+				      .data = w };
+	int rc;
+
+	if ((rc = redis_scripts_new(&w->reg)) || (rc = gate_scripts_register(w->reg)) ||
+	    (rc = gate_recon_scripts_register(w->reg)))
+		return rc;
+	ro.scripts = w->reg;
+	if ((rc = redis_conn_new(w->loop, &ro, &w->conn)))
+		return rc;
+	struct redis_sub_options so = { .url = o->redis_url,
+					.name = "wake",
+					.connect_timeout_ms = o->redis_connect_timeout_ms,
+					.reconnect_min_ms = o->reconnect_min_ms,
+					.reconnect_max_ms = o->reconnect_max_ms,
+					.publisher = w->conn,
+					.state_cb = on_sub_state,
+					.data = w };
+	if ((rc = redis_sub_new(w->loop, &so, &w->sub)) ||
+	    (rc = gate_new(w->conn, w->reg, NULL, &w->gate)) ||
+	    (rc = pg_pool_new(w->loop, &po, &w->pool)) ||
+	    (rc = gate_pg_new(w->pool, NULL, &w->gpg)) ||
+	    (rc = gate_pg_listen(w->pool, on_free_notify, on_mode_notify, w)))
+		return rc;
+	return 0;
+}
+
+static int build_jobs(struct worker *w)
+{
+	const struct worker_options *o = &w->o;
+	struct gate_flow_options fo = { .loop = w->loop, .gate = w->gate, .pg = w->gpg };
+	struct gate_mode_options mo = { .loop = w->loop,
+					.pg = w->gpg,
+					.gate = w->gate,
+					.change_cb = on_mode_change,
+					.data = w };
+	struct handoff_options ho = {
+		.loop = w->loop, .gate = w->gate, .sub = w->sub, .worker = o->worker_id
+	};
+	struct refresher_options rf = { .owner = o->worker_id,
+					.period_ms = o->refresh_period_ms,
+					.floors_ttl_ms = o->floors_ttl_ms };
+	struct reconciler_options rc_o = { .loop = w->loop,
+					   .pool = w->pool,
+					   .pg = w->gpg,
+					   .conn = w->conn,
+					   .reg = w->reg,
+					   .owner = o->worker_id,
+					   .period_ms = o->reconcile_ms };
+	struct claim_options co = { .owner = o->worker_id, .lease_ms = o->lease_ms };
+	struct dial_options dopt = { .loop = w->loop,
+				     .pool = w->pool,
+				     .provider_url = o->provider_url,
+				     .token = o->provider_token,
+				     .callback_url = w->callback,
+				     .timeout_ms = o->provider_timeout_ms,
+				     .lane_probe_ms = o->lane_probe_ms,
+				     .done_cb = on_dial,
+				     .data = w };
+	int rc;
+
+	if (rf.period_ms && rf.period_ms * 3 > REFRESHER_LEASE_MS)
+		rf.lease_ms = rf.period_ms * 3;
+	lane_config_defaults(&dopt.lane);
+	retry_policy_defaults(&dopt.policy);
+	if ((rc = gate_flow_new(&fo, &w->flow)) || (rc = gate_mode_new(&mo, &w->mode)) ||
+	    (rc = handoff_new(&ho, &w->handoff)) ||
+	    (rc = refresher_new(w->loop, w->pool, w->gate, w->gpg, &rf, &w->refresher)) ||
+	    (rc = reconciler_new(&rc_o, &w->reconciler)) ||
+	    (rc = claim_new(w->pool, &co, &w->claim)) || (rc = dial_new(&dopt, &w->dial)))
+		return rc;
+	struct select_options so = { .loop = w->loop,
+				     .claim = w->claim,
+				     .gate = w->gate,
+				     .flow = w->flow,
+				     .gpg = w->gpg,
+				     .mode = w->mode,
+				     .handoff = w->handoff,
+				     .dial = w->dial,
+				     .slot_wait_ms = o->slot_wait_ms,
+				     .claim_page = o->claim_page };
+	return select_new(&so, &w->sel);
+}
+
+int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **out)
+{
+	struct worker *w;
+	int rc;
+
+	if (!loop || !o || !out || !o->database_url || !o->redis_url || !o->listen ||
+	    !o->worker_id || !o->provider_url || !o->public_url || !o->slot_wait_ms ||
+	    !o->lease_ms || !o->drain_ms)
+		return -EINVAL;
+	if (!(w = calloc(1, sizeof(*w))))
+		return -ENOMEM;
+	w->loop = loop;
+	w->o = *o;
+	w->exit_code = 1;
+	size_t ul = strlen(o->public_url);
+	while (ul && o->public_url[ul - 1] == '/')
+		ul--;
+	snprintf(w->callback, sizeof(w->callback), "%.*s/provider/events", (int)ul, o->public_url);
+	if ((rc = parse_listen(w))) {
+		log_error(LOG_MAIN, "DISPATCHER_LISTEN=%s: expected host:port", o->listen);
+		free(w);
+		return rc;
+	}
+	if ((rc = build_connections(w)) || (rc = build_jobs(w))) {
+		log_error(LOG_MAIN, "worker: cannot build: %s", dsp_strerror(rc));
+		*out = w;
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+void worker_set_events_handler(struct worker *w, worker_events_handler h, void *data)
+{
+	w->events = h;
+	w->events_data = data;
+}
+
+void worker_set_dial_hook(struct worker *w, worker_dial_hook h, void *data)
+{
+	w->dial_hook = h;
+	w->dial_hook_data = data;
+}
+
+int worker_start(struct worker *w)
+{
+	struct http_server_config hc;
+	int rc;
+
+	http_server_config_defaults(&hc);
+	hc.host = w->host;
+	hc.port = w->port;
+	hc.reuseport = true;
+	if (w->o.http_max_connections)
+		hc.max_connections = w->o.http_max_connections;
+	const struct http_route routes[] = {
+		{ "GET", "/healthz", 0, healthz, w },
+		{ "GET", "/readyz", 0, readyz, w },
+		{ "POST", "/provider/events", EVENTS_MAX_BODY, provider_events, w },
+	};
+	if ((rc = http_server_new(w->loop, &hc, routes, sizeof(routes) / sizeof(routes[0]),
+				  &w->http))) {
+		log_error(LOG_MAIN, "DISPATCHER_LISTEN=%s: cannot listen: %s", w->o.listen,
+			  uv_strerror(rc));
+		return rc;
+	}
+	uv_signal_init(w->loop, &w->sigterm);
+	uv_signal_init(w->loop, &w->sigint);
+	uv_timer_init(w->loop, &w->drain_timer);
+	w->sigterm.data = w;
+	w->sigint.data = w;
+	w->drain_timer.data = w;
+	w->started = true;
+	uv_signal_start(&w->sigterm, on_signal, SIGTERM);
+	uv_signal_start(&w->sigint, on_signal, SIGINT);
+	if ((rc = pg_pool_start(w->pool)) || (rc = redis_conn_start(w->conn)) ||
+	    (rc = redis_sub_start(w->sub)) || (rc = gate_mode_start(w->mode)) ||
+	    (rc = refresher_start(w->refresher)) || (rc = reconciler_start(w->reconciler)) ||
+	    (rc = select_start(w->sel)))
+		return rc;
+	log_info(LOG_MAIN, "worker %s listening on %s:%d (callback %s)", w->o.worker_id, w->host,
+		 http_server_port(w->http), w->callback);
+	return 0;
+}
+
+struct pg_pool *worker_pool(struct worker *w)
+{
+	return w->pool;
+}
+
+struct gate *worker_gate(struct worker *w)
+{
+	return w->gate;
+}
+
+struct gate_pg *worker_gate_pg(struct worker *w)
+{
+	return w->gpg;
+}
+
+struct gate_mode_ctl *worker_gate_mode(struct worker *w)
+{
+	return w->mode;
+}
+
+int worker_exit_code(const struct worker *w)
+{
+	return w->exit_code;
+}
+
+void worker_free(struct worker *w)
+{
+	if (!w)
+		return;
+	gate_pg_free(w->gpg);
+	gate_free(w->gate);
+	claim_free(w->claim);
+	redis_scripts_free(w->reg);
+	free(w);
+}
+
+int worker_run(const struct worker_options *o)
+{
+	uv_loop_t *loop = uv_default_loop();
+	struct worker *w = NULL;
+	char msg[512];
+	struct gate_startup_options so = { .redis_url = o->redis_url,
+					   .connect_timeout_ms = o->redis_connect_timeout_ms,
+					   .database_url = o->database_url };
+	int rc;
+
+	signal(SIGPIPE, SIG_IGN);
+	if ((rc = gate_startup_check(&so, msg, sizeof(msg)))) {
+		fprintf(stderr, "dispatcher: run: %s\n", msg);
+		return 2;
+	}
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	rc = worker_new(loop, o, &w);
+	if (!rc)
+		rc = worker_start(w);
+	if (rc && w) {
+		w->draining = true;
+		if (w->http)
+			http_server_close(w->http, NULL, NULL);
+		close_all(w);
+	}
+	uv_run(loop, UV_RUN_DEFAULT);
+	int code = rc ? 2 : worker_exit_code(w);
+	worker_free(w);
+	uv_loop_close(loop);
+	curl_global_cleanup();
+	return code;
+}
