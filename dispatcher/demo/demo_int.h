@@ -71,4 +71,7 @@ int demo_late_join(PGconn *pg, const struct demo_options *o);
  * entries, in demo_campaigns order). Returns 0 or -EIO. */
 int demo_backlog(PGconn *pg, uint32_t *pending, uint32_t *busy);
 
+/* Writes the fleet's gate mode and epoch ("redis mode, epoch 2") into mode. Returns 0 or -EIO. */
+int demo_gate_mode(PGconn *pg, char *mode, size_t len);
+
 #endif

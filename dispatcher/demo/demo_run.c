@@ -21,9 +21,10 @@
 #include <unistd.h>
 #include <uv.h>
 
-#define TICK_MS	    100 /* stub polls */
-#define REFRESH_MS  1000
-#define SAMPLES_MAX 100000
+#define TICK_MS		   100 /* stub polls */
+#define REFRESH_MS	   1000
+#define SAMPLES_MAX	   100000
+#define VIEW_CAMPAIGNS_MAX 64 /* the demo's org has 4 (and the direct pseudo-campaign) */
 
 /* One GET /stats of the stub, the parts the demo uses. */
 struct stub_snap {
@@ -61,6 +62,8 @@ struct demo {
 	uint32_t pending[DEMO_CAMPAIGNS], busy[DEMO_CAMPAIGNS];
 	struct row rows[DEMO_CAMPAIGNS];
 	uint32_t late_floor;
+	char gate_mode[64]; /* "redis mode, epoch 2" */
+	bool view_ok;	    /* the last gate_read() answered */
 	struct demo_sample *samples;
 	size_t n_samples;
 	unsigned drawn; /* lines of the last table, to redraw in place */
@@ -155,16 +158,17 @@ static void on_generation(struct redis_conn *c, int status, redisReply *r, void 
 static void on_view(struct gate *g, int status, const struct gate_view *v, void *data)
 {
 	struct demo *d = data;
-	struct capacity_campaign cs[FAIRSHARE_CAMPAIGNS_MAX + 1];
+	struct capacity_campaign cs[VIEW_CAMPAIGNS_MAX + 1];
 	struct capacity_org org;
 	uint32_t agents[64], n = 0;
 	uint64_t work[64];
 
 	(void)g;
 	d->read_inflight = false;
+	d->view_ok = status == 0;
 	if (status == GATE_ELOST) /* the workers built the gate after this connection came up */
 		redis_conn_command(d->redis, on_generation, d, "GET %s", GATE_SYS_GEN_KEY);
-	if (status || !v || v->n_campaigns > FAIRSHARE_CAMPAIGNS_MAX || v->n_agents > 64 ||
+	if (status || !v || v->n_campaigns > VIEW_CAMPAIGNS_MAX || v->n_agents > 64 ||
 	    gate_capacity_snapshot(v, NULL, 0, NULL, &org, cs, agents, &n))
 		return;
 	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
@@ -204,7 +208,8 @@ static void render(struct demo *d, uint64_t elapsed)
 	fmt_elapsed(t, sizeof(t), elapsed);
 	fmt_elapsed(total, sizeof(total), d->end_at - d->start);
 	if (!d->tty) {
-		printf("t=%s live=%.0f/%u", t, d->now.org_live, d->o.lines);
+		printf("t=%s live=%.0f/%u gate=%s%s", t, d->now.org_live, d->o.lines, d->gate_mode,
+		       d->view_ok ? "" : " (no Redis view)");
 		for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
 			const struct row *r = &d->rows[i];
 			if (r->have)
@@ -223,9 +228,10 @@ static void render(struct demo *d, uint64_t elapsed)
 	}
 	if (d->drawn)
 		printf("\033[%uA", d->drawn);
-	printf("\033[Kdispatcher demo  %s / %s   %u workers   organisation %s: %.0f of %u lines "
-	       "live\n",
-	       t, total, d->o.workers, DEMO_ORG, d->now.org_live, d->o.lines);
+	printf("\033[Kdispatcher demo  %s / %s   %u workers   %s: %.0f of %u lines live   gate: "
+	       "%s%s\n",
+	       t, total, d->o.workers, DEMO_ORG, d->now.org_live, d->o.lines, d->gate_mode,
+	       d->view_ok ? "" : " (no Redis capacity view yet)");
 	printf("\033[K%-11s %-14s %7s %5s %5s %7s %7s  %s\n", "campaign", "", "running", "floor",
 	       "limit", "dialled", "pending", "binding limit");
 	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
@@ -278,6 +284,7 @@ static void on_tick(uv_timer_t *t)
 		if (!d->read_inflight && gate_read(d->gate, DEMO_ORG, on_view, d) == 0)
 			d->read_inflight = true;
 		demo_backlog(d->pg, d->pending, d->busy);
+		demo_gate_mode(d->pg, d->gate_mode, sizeof(d->gate_mode));
 		render(d, elapsed);
 	}
 }

@@ -22,9 +22,13 @@ static const struct {
 	const char *name, *sql;
 	int nparams;
 } stmts[] = {
-	{ "demo_org", DEMO_SQL_ORG, 3 },	   { "demo_agent", DEMO_SQL_AGENT, 3 },
-	{ "demo_campaign", DEMO_SQL_CAMPAIGN, 4 }, { "demo_batch", DEMO_SQL_BATCH, 4 },
-	{ "demo_contacts", DEMO_SQL_CONTACTS, 5 }, { "demo_backlog", DEMO_SQL_BACKLOG, 1 },
+	{ "demo_org", DEMO_SQL_ORG, 3 },
+	{ "demo_agent", DEMO_SQL_AGENT, 3 },
+	{ "demo_campaign", DEMO_SQL_CAMPAIGN, 4 },
+	{ "demo_batch", DEMO_SQL_BATCH, 4 },
+	{ "demo_contacts", DEMO_SQL_CONTACTS, 5 },
+	{ "demo_backlog", DEMO_SQL_BACKLOG, 1 },
+	{ "demo_gate_mode", DEMO_SQL_GATE_MODE, 0 },
 };
 
 /* Runs a named statement (or a plain command with name NULL); logs and returns -EIO on error. */
@@ -143,6 +147,19 @@ int demo_backlog(PGconn *pg, uint32_t *pending, uint32_t *busy)
 			}
 		}
 	}
+	PQclear(r);
+	return 0;
+}
+
+int demo_gate_mode(PGconn *pg, char *mode, size_t len)
+{
+	PGresult *r;
+	int e;
+
+	if ((e = run(pg, "demo_gate_mode", NULL, 0, NULL, &r)))
+		return e;
+	if (PQntuples(r) == 1)
+		snprintf(mode, len, "%s mode, epoch %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
 	PQclear(r);
 	return 0;
 }

@@ -36,4 +36,7 @@
 	" count(*) FILTER (WHERE state IN ('claimed', 'dialing', 'live'))"                         \
 	" FROM contacts WHERE org_id = $1 GROUP BY campaign_id"
 
+/* The fleet's gate mode and epoch (C11): the table's header. */
+#define DEMO_SQL_GATE_MODE "SELECT gate_mode, gate_epoch FROM system_settings"
+
 #endif
