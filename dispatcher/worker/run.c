@@ -31,6 +31,7 @@ int run_main(const struct settings *s)
 		.provider_url = s->provider_url,
 		.provider_token = s->provider_token,
 		.public_url = s->public_url,
+		.webhook_secret = s->webhook_secret,
 		.slot_wait_ms = (uint64_t)s->batch_slot_wait_s * 1000,
 		.lease_ms = (uint64_t)s->lease_s * 1000,
 		.drain_ms = (uint64_t)s->drain_s * 1000,
@@ -47,6 +48,10 @@ int run_main(const struct settings *s)
 		.reconnect_min_ms = (uint64_t)s->reconnect_min_ms,
 		.reconnect_max_ms = (uint64_t)s->reconnect_max_ms,
 		.http_max_connections = (unsigned)s->http_max_connections,
+		.lease_sweep_s = (uint64_t)s->lease_sweep_s,
+		.call_sweep_s = (uint64_t)s->call_sweep_s,
+		.max_call_s = (uint64_t)s->max_call_s,
+		.retention_days = (uint64_t)s->retention_days,
 	};
 	return worker_run(&o);
 }

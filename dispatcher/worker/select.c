@@ -405,8 +405,18 @@ int select_start(struct select *s)
 
 void select_mode_changed(struct select *s)
 {
-	for (struct list_node *n = s->orgs.next; n != &s->orgs; n = n->next)
-		sel_pump(list_entry(n, struct sorg, node));
+	for (struct list_node *n = s->orgs.next; n != &s->orgs; n = n->next) {
+		struct sorg *o = list_entry(n, struct sorg, node);
+		/* A waiter of the old mode is known to no one in the new one (a postgres-mode
+		 * waiter is not registered in Redis, a Redis waiter gets no NOTIFY): each tries
+		 * again now, and registers anew if refused. */
+		for (struct list_node *p = o->admits.next; p != &o->admits; p = p->next) {
+			struct sadmit *a = list_entry(p, struct sadmit, node);
+			if (a->st == SA_WAITING)
+				a->st = SA_IDLE;
+		}
+		sel_pump(o);
+	}
 }
 
 void select_org_freed(struct select *s, const char *org)

@@ -1,8 +1,10 @@
 /* The worker process: wiring, readiness, drain (worker.h). */
 #include "worker.h"
 
+#include "call_end.h"
 #include "claim.h"
 #include "error.h"
+#include "events.h"
 #include "gate.h"
 #include "gate_flow.h"
 #include "gate_mode.h"
@@ -15,6 +17,7 @@
 #include "redis_sub.h"
 #include "refresher.h"
 #include "select.h"
+#include "sweep.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -23,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define EVENTS_MAX_BODY 65536
+#define RETENTION_PERIOD_S 3600 /* default period of the retention pass */
 
 struct worker {
 	uv_loop_t *loop;
@@ -45,7 +48,13 @@ struct worker {
 	struct claim *claim;
 	struct dial *dial;
 	struct select *sel;
+	struct call_end *ends; /* the one way a call ends: events, dial refusals, sweeps */
+	struct events *ev;     /* POST /provider/events */
+	struct sweep *sweep;   /* lease sweeper, maximum-duration sweep, retention */
 	struct http_server *http;
+	uv_timer_t end_timer; /* closes call_end once the turn's requests are flushed */
+	unsigned parts;	      /* events / sweep closes not answered yet */
+	bool final;	      /* close_all() ran: close call_end once parts is 0 */
 	uv_signal_t sigterm, sigint;
 	uv_timer_t drain_timer;
 	bool draining, started;
@@ -116,7 +125,86 @@ static void on_mode_change(struct gate_mode_ctl *c, const struct gate_mode_state
 		select_mode_changed(w->sel);
 }
 
-/* ---- dial results ---- */
+/* ---- dial results -> call_end (D2) ---- */
+
+int worker_dial_end(const struct dial_result *r, struct call_end_req *out, char *reason,
+		    size_t size)
+{
+	const char *why = retry_reason_name(r->reason);
+
+	*out = (struct call_end_req){ .call = r->call->call,
+				      .outcome = "refused",
+				      .reason = reason };
+	switch (r->disposition) {
+	case DIAL_REFUSED: /* 429 (Retry-After + jitter, or backoff), a failed connect */
+		out->disposition = CALL_END_RETRY_AT;
+		out->delay_ms = r->delay_ms;
+		snprintf(reason, size, "%s (status %d)%s", why, r->status,
+			 r->requeue ? ": throttle retries exhausted, requeued" : "");
+		return 0;
+	case DIAL_INVALID: /* 400/404/422: the contact fails with the provider's reason */
+		out->disposition = CALL_END_FAIL;
+		snprintf(reason, size, "provider %d: %s", r->status,
+			 r->text && r->text[0] ? r->text : why);
+		return 0;
+	case DIAL_STOPPED: /* 401/403: the lane stopped; the contact waits, nothing charged */
+		out->disposition = CALL_END_PENDING;
+		snprintf(reason, size, "lane stopped (%s, status %d)", why, r->status);
+		return 0;
+	case DIAL_DRAINED: /* never sent */
+		out->disposition = CALL_END_PENDING;
+		snprintf(reason, size, "not sent: draining");
+		return 0;
+	case DIAL_PLACED:
+	case DIAL_UNKNOWN:
+		break;
+	}
+	return -EINVAL;
+}
+
+struct dial_end_ctx {
+	char call[40], org[65];
+};
+
+static void dial_ended(struct call_end *ce, int status, const struct call_end_result *r, void *data)
+{
+	struct dial_end_ctx *c = data;
+
+	(void)ce;
+	if (status)
+		LOG_AT(LOG_ERROR, LOG_DIAL,
+		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
+		       "the end of a refused dial failed (%s): the maximum-duration sweep ends it",
+		       dsp_strerror(status));
+	else if (r->outcome != CALL_END_ENDED)
+		LOG_AT(LOG_DEBUG, LOG_DIAL,
+		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
+		       "refused dial: call %s", call_end_outcome_name(r->outcome));
+	free(c);
+}
+
+static void dial_end_default(struct worker *w, const struct dial_result *r, void *data)
+{
+	struct call_end_req q;
+	char reason[CALL_END_REASON_MAX + 1];
+	struct dial_end_ctx *c;
+	int rc = -ENOMEM;
+
+	(void)data;
+	if (worker_dial_end(r, &q, reason, sizeof(reason)))
+		return;
+	if ((c = malloc(sizeof(*c)))) {
+		snprintf(c->call, sizeof(c->call), "%s", r->call->call);
+		snprintf(c->org, sizeof(c->org), "%s", r->call->org);
+		if ((rc = call_end_submit(w->ends, &q, dial_ended, c)))
+			free(c);
+	}
+	if (rc)
+		LOG_AT(LOG_ERROR, LOG_DIAL,
+		       (&(const struct log_ids){ .org = r->call->org, .call = r->call->call }),
+		       "%s: call not ended (%s): the maximum-duration sweep ends it", reason,
+		       dsp_strerror(rc));
+}
 
 static void on_dial(struct dial *d, const struct dial_result *r, void *data)
 {
@@ -125,13 +213,7 @@ static void on_dial(struct dial *d, const struct dial_result *r, void *data)
 	(void)d;
 	if (r->disposition == DIAL_PLACED || r->disposition == DIAL_UNKNOWN)
 		return; /* the events (or the sweep) end the call */
-	if (w->dial_hook) {
-		w->dial_hook(w, r, w->dial_hook_data);
-		return;
-	}
-	/* No call_end registered: the row stays dialing until the sweeps settle it. */
-	log_warn(LOG_DIAL, "call %s org %s: %s (status %d) and no call_end registered",
-		 r->call->call, r->call->org, retry_reason_name(r->reason), r->status);
+	w->dial_hook(w, r, w->dial_hook_data);
 }
 
 /* ---- HTTP ---- */
@@ -168,11 +250,10 @@ static void provider_events(struct http_request *req, void *data)
 {
 	struct worker *w = data;
 
-	if (!w->events) {
-		http_respond_error(req, 503, "unavailable", "provider events are not handled yet");
-		return;
-	}
-	w->events(w, req, w->events_data);
+	if (w->events)
+		w->events(w, req, w->events_data);
+	else
+		events_handler(req, w->ev);
 }
 
 /* ---- close and drain ---- */
@@ -190,8 +271,62 @@ static void sub_closed(void *data)
 	w->handoff = NULL;
 }
 
+/* The last stage: call_end (its batches in flight commit), then the pool and Redis. */
+static void ends_closed(void *data)
+{
+	struct worker *w = data;
+
+	w->ends = NULL;
+	if (w->pool)
+		pg_pool_close(w->pool, NULL, NULL);
+	if (w->conn)
+		redis_conn_close(w->conn, NULL, NULL);
+	w->conn = NULL;
+	uv_close((uv_handle_t *)&w->end_timer, closed_noop);
+}
+
+static void end_timer_cb(uv_timer_t *t)
+{
+	struct worker *w = t->data;
+
+	call_end_close(w->ends, ends_closed, w);
+}
+
+/* call_end is closed once nothing can submit to it any more (events and sweep closed), on a
+ * timer started after the dialer's last submissions: its flush runs first, so nothing queued is
+ * cancelled. */
+static void maybe_close_ends(struct worker *w)
+{
+	if (!w->final || w->parts)
+		return;
+	if (w->ends)
+		uv_timer_start(&w->end_timer, end_timer_cb, 0, 0);
+	else
+		ends_closed(w);
+}
+
+static void part_closed(void *data)
+{
+	struct worker *w = data;
+
+	w->parts--;
+	maybe_close_ends(w);
+}
+
+static void close_sweep(struct worker *w)
+{
+	if (!w->sweep)
+		return;
+	w->parts++;
+	sweep_close(w->sweep, part_closed, w);
+	w->sweep = NULL;
+}
+
 static void close_all(struct worker *w)
 {
+	if (w->final)
+		return;
+	w->final = true;
 	if (w->sel)
 		select_close(w->sel, NULL, NULL);
 	w->sel = NULL;
@@ -213,17 +348,19 @@ static void close_all(struct worker *w)
 	if (w->sub)
 		redis_sub_close(w->sub, sub_closed, w);
 	w->sub = NULL;
-	if (w->pool)
-		pg_pool_close(w->pool, NULL, NULL);
-	if (w->conn)
-		redis_conn_close(w->conn, NULL, NULL);
-	w->conn = NULL;
+	if (w->ev) {
+		w->parts++;
+		events_close(w->ev, part_closed, w);
+		w->ev = NULL;
+	}
+	close_sweep(w);
 	if (w->started) {
 		uv_close((uv_handle_t *)&w->sigterm, closed_noop);
 		uv_close((uv_handle_t *)&w->sigint, closed_noop);
 		uv_close((uv_handle_t *)&w->drain_timer, closed_noop);
 		w->started = false;
 	}
+	maybe_close_ends(w);
 }
 
 static void http_closed(struct http_server *s, void *data)
@@ -270,6 +407,7 @@ void worker_drain(struct worker *w)
 	log_info(LOG_MAIN, "drain: stop claiming, handing waiting contacts back");
 	uv_timer_start(&w->drain_timer, drain_timeout, w->o.drain_ms, 0);
 	w->exit_code = 0;
+	close_sweep(w); /* no new sweep passes; a running one finishes */
 	select_drain(w->sel, select_drained, w);
 }
 
@@ -382,6 +520,17 @@ static int build_jobs(struct worker *w)
 				     .data = w };
 	int rc;
 
+	struct call_end_options ceo = { .loop = w->loop, .pool = w->pool, .gate = w->gate };
+	struct sweep_options swo = { .loop = w->loop,
+				     .pool = w->pool,
+				     .worker_id = o->worker_id,
+				     .lease_sweep_s = o->lease_sweep_s ? o->lease_sweep_s : 5,
+				     .call_sweep_s = o->call_sweep_s ? o->call_sweep_s : 30,
+				     .max_call_s = o->max_call_s,
+				     .retention_period_s = o->retention_period_s
+								   ? o->retention_period_s
+								   : RETENTION_PERIOD_S,
+				     .retention_days = (uint32_t)o->retention_days };
 	if (rf.period_ms && rf.period_ms * 3 > REFRESHER_LEASE_MS)
 		rf.lease_ms = rf.period_ms * 3;
 	lane_config_defaults(&dopt.lane);
@@ -390,7 +539,14 @@ static int build_jobs(struct worker *w)
 	    (rc = handoff_new(&ho, &w->handoff)) ||
 	    (rc = refresher_new(w->loop, w->pool, w->gate, w->gpg, &rf, &w->refresher)) ||
 	    (rc = reconciler_new(&rc_o, &w->reconciler)) ||
-	    (rc = claim_new(w->pool, &co, &w->claim)) || (rc = dial_new(&dopt, &w->dial)))
+	    (rc = claim_new(w->pool, &co, &w->claim)) || (rc = dial_new(&dopt, &w->dial)) ||
+	    (rc = call_end_new(&ceo, &w->ends)))
+		return rc;
+	struct events_options eo = {
+		.loop = w->loop, .pool = w->pool, .ends = w->ends, .secret = o->webhook_secret
+	};
+	swo.ends = w->ends;
+	if ((rc = events_new(&eo, &w->ev)) || (rc = sweep_new(&swo, &w->sweep)))
 		return rc;
 	struct select_options so = { .loop = w->loop,
 				     .claim = w->claim,
@@ -411,7 +567,8 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 	int rc;
 
 	if (!loop || !o || !out || !o->database_url || !o->redis_url || !o->listen ||
-	    !o->worker_id || !o->provider_url || !o->public_url || !o->slot_wait_ms ||
+	    !o->worker_id || !o->provider_url || !o->public_url || !o->webhook_secret ||
+	    !o->webhook_secret[0] || !o->slot_wait_ms || o->retention_days > UINT32_MAX ||
 	    !o->lease_ms || !o->drain_ms)
 		return -EINVAL;
 	if (!(w = calloc(1, sizeof(*w))))
@@ -419,6 +576,7 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 	w->loop = loop;
 	w->o = *o;
 	w->exit_code = 1;
+	w->dial_hook = dial_end_default;
 	size_t ul = strlen(o->public_url);
 	while (ul && o->public_url[ul - 1] == '/')
 		ul--;
@@ -428,6 +586,8 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 		free(w);
 		return rc;
 	}
+	uv_timer_init(loop, &w->end_timer); /* closed by close_all(), last */
+	w->end_timer.data = w;
 	if ((rc = build_connections(w)) || (rc = build_jobs(w))) {
 		log_error(LOG_MAIN, "worker: cannot build: %s", dsp_strerror(rc));
 		*out = w;
@@ -445,7 +605,7 @@ void worker_set_events_handler(struct worker *w, worker_events_handler h, void *
 
 void worker_set_dial_hook(struct worker *w, worker_dial_hook h, void *data)
 {
-	w->dial_hook = h;
+	w->dial_hook = h ? h : dial_end_default;
 	w->dial_hook_data = data;
 }
 
@@ -463,7 +623,7 @@ int worker_start(struct worker *w)
 	const struct http_route routes[] = {
 		{ "GET", "/healthz", 0, healthz, w },
 		{ "GET", "/readyz", 0, readyz, w },
-		{ "POST", "/provider/events", EVENTS_MAX_BODY, provider_events, w },
+		{ "POST", EVENTS_PATH, EVENTS_BODY_MAX, provider_events, w },
 	};
 	if ((rc = http_server_new(w->loop, &hc, routes, sizeof(routes) / sizeof(routes[0]),
 				  &w->http))) {
@@ -485,6 +645,7 @@ int worker_start(struct worker *w)
 	    (rc = refresher_start(w->refresher)) || (rc = reconciler_start(w->reconciler)) ||
 	    (rc = select_start(w->sel)))
 		return rc;
+	sweep_start(w->sweep);
 	log_info(LOG_MAIN, "worker %s listening on %s:%d (callback %s)", w->o.worker_id, w->host,
 		 http_server_port(w->http), w->callback);
 	return 0;
@@ -508,6 +669,11 @@ struct gate_pg *worker_gate_pg(struct worker *w)
 struct gate_mode_ctl *worker_gate_mode(struct worker *w)
 {
 	return w->mode;
+}
+
+struct call_end *worker_call_end(struct worker *w)
+{
+	return w->ends;
 }
 
 int worker_exit_code(const struct worker *w)

@@ -1,19 +1,31 @@
 /* The worker process (`dispatcher run`, SPEC §1, R8; issue 9 item 1): one libuv loop that holds
  * the connections (a PostgreSQL pool, a Redis command connection for the gate, a Redis
  * subscriber for the hand-off), the gate and everything around it (gate_flow, gate_mode,
- * handoff, refresher, reconciler, gate_pgmode), the claim/select/admit path, the dialer and the
- * HTTP server (/healthz, /readyz, POST /provider/events).
+ * handoff, refresher, reconciler, gate_pgmode), the claim/select/admit path, the dialer, the end
+ * of calls (one call_end per worker, fed by the events endpoint, the dialer's refusals and the
+ * maximum-duration sweep), the periodic jobs (sweep.h) and the HTTP server (/healthz, /readyz,
+ * POST /provider/events).
+ *
+ * Data flows one way: contact row -> claim -> gate -> dial -> event -> call_end -> release. The
+ * release (gate_release() in redis mode, the NOTIFY in postgres mode) wakes this org's waiters
+ * through the gate's hand-off; call_end never calls into select or the dialer.
+ *
+ * The dial results the dialer does not settle itself go to call_end (D2): refused (429, a
+ * failed connect) -> RETRY_AT after the policy's delay, tries + 1; invalid (400/404/422) -> FAIL
+ * with the provider's reason; lane stopped (401/403) and drained (never sent) -> PENDING,
+ * nothing charged. Placed and unknown calls are ended by their events or the sweep.
  *
  * Start: gate_startup_check() (Redis evicts nothing, schema current), then the connections.
  * /readyz answers 200 while PostgreSQL is up and the gate mode is usable, 503 otherwise.
  * The listening socket is created with SO_REUSEPORT (http_server_config.reuseport), so every
  * worker of a host shares the one public URL the provider calls back.
  *
- * SIGTERM drain (R8): stop claiming, withdraw the waiters, hand every claimed contact back
- * (pending, nothing charged), let the admissions and provider requests in flight finish, close
- * the HTTP server (idle connections at once), then close everything and exit 0 — within
- * drain_ms; past it, or at a second SIGTERM or SIGINT, the process exits at once (exit 1):
- * leases bring back whatever was left claimed.
+ * SIGTERM drain (R8): stop claiming and sweeping, withdraw the waiters, hand every claimed
+ * contact back (pending, nothing charged), let the admissions and provider requests in flight
+ * finish (calls never sent end through call_end), close the HTTP server (idle connections at
+ * once), let the events and call ends in flight commit, then close everything and exit 0 —
+ * within drain_ms; past it, or at a second SIGTERM or SIGINT, the process exits at once (exit
+ * 1): leases bring back whatever was left claimed.
  */
 #ifndef DSP_WORKER_H
 #define DSP_WORKER_H
@@ -21,16 +33,17 @@
 #include "dial.h"
 #include "http_server.h"
 
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
 struct worker;
 
-/* The events endpoint's handler (POST /provider/events): the registration point of the events
- * module (events.h). Until one is registered the route answers 503. */
+/* The events endpoint's handler (POST /provider/events). Default: the worker's own events module
+ * (events.h); a test may put another one in its place. */
 typedef void (*worker_events_handler)(struct worker *w, struct http_request *req, void *data);
-/* The dial results the worker does not settle itself (refused, invalid, stopped, drained): the
- * registration point of call_end (call_end.h). Until one is registered they are logged. */
+/* The dial results the dialer does not settle itself (refused, invalid, stopped, drained).
+ * Default: worker_dial_end() into the worker's call_end. */
 typedef void (*worker_dial_hook)(struct worker *w, const struct dial_result *r, void *data);
 
 struct worker_options {
@@ -39,7 +52,8 @@ struct worker_options {
 	const char *worker_id;	  /* ^[A-Za-z0-9_-]{1,64}$ */
 	const char *provider_url; /* POST <provider_url>/calls */
 	const char *provider_token;
-	const char *public_url; /* callback_url = <public_url>/provider/events */
+	const char *public_url;	    /* callback_url = <public_url>/provider/events */
+	const char *webhook_secret; /* PROVIDER_WEBHOOK_SECRET: the events' signatures */
 	uint64_t slot_wait_ms, lease_ms, drain_ms, provider_timeout_ms, lane_probe_ms;
 	uint32_t claim_page;
 	uint64_t refresh_period_ms, floors_ttl_ms, reconcile_ms;
@@ -48,13 +62,19 @@ struct worker_options {
 	uint64_t reconnect_min_ms, reconnect_max_ms;
 	unsigned http_max_connections;
 	unsigned pg_pool_size; /* 0: 4 */
+	/* The periodic jobs (sweep.h); 0 means the sweep's default. */
+	uint64_t lease_sweep_s;	     /* lease sweeper period [5] */
+	uint64_t call_sweep_s;	     /* maximum-duration sweep period [30] */
+	uint64_t max_call_s;	     /* maximum call duration [7200] */
+	uint64_t retention_days;     /* [30] */
+	uint64_t retention_period_s; /* retention pass period [3600] */
 };
 
 /* Builds the worker on loop (borrowed). Nothing connects until worker_start(). Returns 0,
  * -EINVAL, -ENOMEM, or a code naming what could not be created (logged). */
 int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **out);
 
-/* Registration points for the events module and call_end (before worker_start()). */
+/* Replace the default handlers (before worker_start()). */
 void worker_set_events_handler(struct worker *w, worker_events_handler h, void *data);
 void worker_set_dial_hook(struct worker *w, worker_dial_hook h, void *data);
 
@@ -62,11 +82,19 @@ void worker_set_dial_hook(struct worker *w, worker_dial_hook h, void *data);
  * negative code (the listen address taken...). */
 int worker_start(struct worker *w);
 
-/* Borrowed pieces, for the events module and call_end. */
+/* Borrowed pieces (tests, the demo). */
 struct pg_pool *worker_pool(struct worker *w);
 struct gate *worker_gate(struct worker *w);
 struct gate_pg *worker_gate_pg(struct worker *w);
 struct gate_mode_ctl *worker_gate_mode(struct worker *w);
+struct call_end *worker_call_end(struct worker *w);
+
+/* Maps a dial result the dialer does not settle (REFUSED, INVALID, STOPPED, DRAINED) onto the
+ * call_end request that ends its call (D2). reason (size >= 64) receives outcome_reason. Returns
+ * 0, or -EINVAL for a disposition that is not ended here (PLACED, UNKNOWN). Pure: for tests. */
+struct call_end_req;
+int worker_dial_end(const struct dial_result *r, struct call_end_req *out, char *reason,
+		    size_t size);
 
 /* Starts the drain (as SIGTERM does). */
 void worker_drain(struct worker *w);

@@ -8,124 +8,32 @@
  * test (call_end). */
 #include "error.h"
 #include "fixture.h"
-#include "stub.h"
 
-#include <arpa/inet.h>
-#include <cjson/cJSON.h>
-#include <curl/curl.h>
-#include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
 #include <cmocka.h>
+
+#include "worker_proc.h"
 
 #define WAIT_MS 120000
 
 static struct embedded svc;
 static PGconn *db;
-static pid_t stub_pid, worker_pid;
-static int sport;
+static pid_t worker_pid;
+static struct wproc_stub stub;
 
-static void stub_child(int fd)
-{
-	struct stub_config c;
-	struct stub *s;
-
-	stub_config_defaults(&c);
-	c.hold = true;
-	curl_global_init(CURL_GLOBAL_DEFAULT);
-	if (stub_new(uv_default_loop(), &c, &s))
-		_exit(3);
-	int port = stub_port(s);
-	if (write(fd, &port, sizeof(port)) != sizeof(port))
-		_exit(4);
-	close(fd);
-	uv_run(uv_default_loop(), UV_RUN_DEFAULT);
-	_exit(0);
-}
-
-static void stub_start(void)
-{
-	int fds[2];
-
-	assert_int_equal(pipe(fds), 0);
-	fflush(NULL);
-	stub_pid = fork();
-	assert_true(stub_pid >= 0);
-	if (stub_pid == 0) {
-		close(fds[0]);
-		stub_child(fds[1]);
-	}
-	close(fds[1]);
-	assert_int_equal(read(fds[0], &sport, sizeof(sport)), sizeof(sport));
-	close(fds[0]);
-}
-
-static size_t collect(char *p, size_t sz, size_t n, void *data)
-{
-	char **buf = data;
-	size_t old = *buf ? strlen(*buf) : 0;
-	char *b = realloc(*buf, old + sz * n + 1);
-
-	assert_non_null(b);
-	memcpy(b + old, p, sz * n);
-	b[old + sz * n] = '\0';
-	*buf = b;
-	return sz * n;
-}
-
-/* GET /stats, the number at a dotted path. */
 static double stub_stat(const char *path)
 {
-	char url[128], *body = NULL;
-	CURL *c = curl_easy_init();
-
-	snprintf(url, sizeof(url), "http://127.0.0.1:%d/stats", sport);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-	curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
-	assert_int_equal(curl_easy_perform(c), CURLE_OK);
-	curl_easy_cleanup(c);
-	cJSON *j = cJSON_Parse(body), *n = j;
-	char key[128];
-	snprintf(key, sizeof(key), "%s", path);
-	for (char *save, *k = strtok_r(key, ".", &save); k && n; k = strtok_r(NULL, ".", &save))
-		n = cJSON_GetObjectItemCaseSensitive(n, k);
-	double v = cJSON_IsNumber(n) ? n->valuedouble : -1;
-	cJSON_Delete(j);
-	free(body);
-	return v;
+	return wproc_stat(&stub, path);
 }
 
 static long long sql_int(const char *q)
 {
-	PGresult *r = fixture_sql(db, q);
-	long long v = atoll(PQgetvalue(r, 0, 0));
-
-	PQclear(r);
-	return v;
-}
-
-static int free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	close(fd);
-	return ntohs(a.sin_port);
+	return wproc_sql_int(db, q);
 }
 
 static void seed(void)
@@ -147,17 +55,21 @@ static void seed(void)
 static void dials_and_drain(void **state)
 {
 	char env[256];
-	int port = free_port();
+	int port = wproc_free_port();
+	struct stub_config sc;
 
 	(void)state;
 	seed();
-	stub_start();
-	snprintf(env, sizeof(env), "http://127.0.0.1:%d", sport);
+	stub_config_defaults(&sc);
+	sc.hold = true;
+	wproc_stub_start(&stub, &sc);
+	snprintf(env, sizeof(env), "http://127.0.0.1:%d", stub.port);
 	setenv("PROVIDER_URL", env, 1);
 	setenv("PROVIDER_WEBHOOK_SECRET", "stub-secret", 1);
 	snprintf(env, sizeof(env), "127.0.0.1:%d", port);
 	setenv("DISPATCHER_LISTEN", env, 1);
-	setenv("DISPATCHER_LOG_LEVEL", "warn", 1);
+	setenv("DISPATCHER_LOG_LEVEL", getenv("TEST_LOG_LEVEL") ? getenv("TEST_LOG_LEVEL") : "warn",
+	       1);
 	setenv("DISPATCHER_WORKER_ID", "w1", 1);
 	setenv("DISPATCHER_RECONCILE_SECONDS", "1", 1);
 	char *args[] = { "run", NULL };
@@ -176,7 +88,9 @@ static void dials_and_drain(void **state)
 	assert_int_equal((int)stub_stat("orgs.o1.live"), 4);
 	assert_true(stub_stat("campaigns.c1.placed") >= 1); /* both campaigns get turns (C8) */
 	assert_true(stub_stat("campaigns.c2.placed") >= 1);
-	assert_int_equal(sql_int("SELECT count(*) FROM calls WHERE state = 'dialing'"), 4);
+	/* Their events are recorded (ringing, answered): none has ended. */
+	assert_int_equal(sql_int("SELECT count(*) FROM calls WHERE state IN ('dialing', 'live')"),
+			 4);
 	assert_int_equal(sql_int("SELECT count(*) FROM contacts WHERE state = 'dialing'"), 4);
 	deadline = fixture_now_ms() + WAIT_MS;
 	while (sql_int("SELECT count(*) FROM dial_attempts") < 4 && fixture_now_ms() < deadline)
@@ -184,17 +98,30 @@ static void dials_and_drain(void **state)
 	assert_int_equal(sql_int("SELECT count(*) FROM dial_attempts WHERE class = 'ok'"), 4);
 	assert_true(sql_int("SELECT count(*) FROM contacts WHERE state = 'claimed'") > 0);
 
+	/* The ends free the lines and the gate's hand-off wakes the waiting admissions: the next
+	 * four calls are placed well before a waiter would give up (slot wait 15 s). */
+	long long t_end = fixture_now_ms();
+	free(wproc_stub_http(&stub, "/control/end", "{\"org_id\":\"o1\"}"));
+	deadline = fixture_now_ms() + 8000;
+	while (stub_stat("calls_placed") < 8 && fixture_now_ms() < deadline)
+		fixture_sleep_ms(20);
+	print_message("ends -> 4 new calls in %lld ms\n", fixture_now_ms() - t_end);
+	assert_int_equal((int)stub_stat("calls_placed"), 8);
+	assert_int_equal((int)stub_stat("orgs.o1.live"), 4);
+	assert_int_equal(sql_int("SELECT count(*) FROM calls WHERE state = 'ended'"), 4);
+
 	/* SIGTERM: drain, hand back, exit 0. */
 	kill(w, SIGTERM);
 	assert_int_equal(fixture_wait(w), 0);
 	worker_pid = 0;
 	assert_int_equal(sql_int("SELECT count(*) FROM contacts WHERE state = 'claimed'"), 0);
-	assert_int_equal(sql_int("SELECT count(*) FROM contacts WHERE state = 'pending'"), 96);
-	assert_int_equal(sql_int("SELECT coalesce(sum(attempts + tries), 0) FROM contacts"), 0);
-	assert_int_equal((int)stub_stat("calls_placed"), 4);
-	kill(stub_pid, SIGKILL);
-	waitpid(stub_pid, NULL, 0);
-	stub_pid = 0;
+	assert_int_equal(sql_int("SELECT count(*) FROM contacts WHERE state IN ('pending', 'done',"
+				 " 'failed')"),
+			 96);
+	assert_int_equal(sql_int("SELECT count(*) FROM contacts WHERE attempts > 0"), 4);
+	assert_int_equal(sql_int("SELECT coalesce(sum(tries), 0) FROM contacts"), 0);
+	assert_int_equal((int)stub_stat("calls_placed"), 8);
+	wproc_stub_stop(&stub);
 }
 
 static int setup(void **state)
@@ -213,8 +140,7 @@ static int teardown(void **state)
 		kill(worker_pid, SIGKILL);
 		waitpid(worker_pid, NULL, 0);
 	}
-	if (stub_pid > 0)
-		kill(stub_pid, SIGKILL);
+	wproc_stub_stop(&stub);
 	PQfinish(db);
 	embedded_stop(&svc);
 	return 0;
