@@ -29,6 +29,7 @@ static const struct {
 	{ "demo_contacts", DEMO_SQL_CONTACTS, 5 },
 	{ "demo_backlog", DEMO_SQL_BACKLOG, 1 },
 	{ "demo_gate_mode", DEMO_SQL_GATE_MODE, 0 },
+	{ "demo_limits_bump", DEMO_SQL_LIMITS_BUMP, 1 },
 };
 
 /* Runs a named statement (or a plain command with name NULL); logs and returns -EIO on error. */
@@ -116,10 +117,15 @@ int demo_setup(PGconn *pg, const struct demo_options *o)
 
 int demo_late_join(PGconn *pg, const struct demo_options *o)
 {
+	const char *v[] = { DEMO_ORG };
 	int e;
 
 	if ((e = run(pg, NULL, "BEGIN", 0, NULL, NULL)))
 		return e;
+	if ((e = run(pg, "demo_limits_bump", NULL, 1, v, NULL))) {
+		PQclear(PQexec(pg, "ROLLBACK"));
+		return e;
+	}
 	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
 		if (demo_campaigns[i].late && (e = write_campaign(pg, o, i))) {
 			PQclear(PQexec(pg, "ROLLBACK"));

@@ -36,6 +36,13 @@
 	" count(*) FILTER (WHERE state IN ('claimed', 'dialing', 'live'))"                         \
 	" FROM contacts WHERE org_id = $1 GROUP BY campaign_id"
 
+/* A new campaign is a new set of limits for its organisation (its ceiling, its agent): the
+ * version the refresher installs by (SPEC C4) moves, as the API's campaign creation would.
+ * $1 org_id. */
+#define DEMO_SQL_LIMITS_BUMP                                                                       \
+	"UPDATE organisations SET limits_version = limits_version + 1, updated_at = now()"         \
+	" WHERE id = $1"
+
 /* The fleet's gate mode and epoch (C11): the table's header. */
 #define DEMO_SQL_GATE_MODE "SELECT gate_mode, gate_epoch FROM system_settings"
 

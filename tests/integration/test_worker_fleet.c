@@ -26,9 +26,9 @@
 
 #include "worker_proc.h"
 
-#define WORKERS	 3
-#define WAIT_MS	 240000
-#define CHARGED	 "('completed', 'failed', 'no-answer', 'busy', 'canceled', 'swept')"
+#define WORKERS	  3
+#define WAIT_MS	  240000
+#define CHARGED	  "('completed', 'failed', 'no-answer', 'busy', 'canceled', 'swept')"
 #define UNSETTLED "('pending', 'claimed', 'dialing', 'live', 'held')"
 
 static struct embedded svc;
@@ -110,12 +110,13 @@ static void assert_settled(const char *org, long long contacts)
 {
 	char q[512];
 
-	snprintf(q, sizeof(q),
-		 "SELECT count(*) FROM contacts WHERE org_id = '%s' AND state IN ('done', 'failed')",
-		 org);
+	snprintf(
+		q, sizeof(q),
+		"SELECT count(*) FROM contacts WHERE org_id = '%s' AND state IN ('done', 'failed')",
+		org);
 	assert_int_equal(sql_int(q), contacts);
-	snprintf(q, sizeof(q), "SELECT count(*) FROM calls WHERE org_id = '%s' AND state <> 'ended'",
-		 org);
+	snprintf(q, sizeof(q),
+		 "SELECT count(*) FROM calls WHERE org_id = '%s' AND state <> 'ended'", org);
 	assert_int_equal(sql_int(q), 0);
 	snprintf(q, sizeof(q),
 		 "SELECT count(*) FROM contacts ct WHERE org_id = '%s' AND attempts <> (SELECT"

@@ -62,8 +62,7 @@ static inline size_t wproc_collect(char *p, size_t sz, size_t n, void *data)
 }
 
 /* GET (body NULL) or POST a JSON body to the stub; returns the answer's body (malloc'ed). */
-static inline char *wproc_stub_http(const struct wproc_stub *st, const char *path,
-				    const char *body)
+static inline char *wproc_stub_http(const struct wproc_stub *st, const char *path, const char *body)
 {
 	char url[128], *out = NULL;
 	CURL *c = curl_easy_init();
