@@ -30,6 +30,7 @@ static const struct {
 	{ "demo_backlog", DEMO_SQL_BACKLOG, 1 },
 	{ "demo_gate_mode", DEMO_SQL_GATE_MODE, 0 },
 	{ "demo_limits_bump", DEMO_SQL_LIMITS_BUMP, 1 },
+	{ "demo_refresh_kick", DEMO_SQL_REFRESH_KICK, 1 },
 };
 
 /* Runs a named statement (or a plain command with name NULL); logs and returns -EIO on error. */
@@ -122,7 +123,8 @@ int demo_late_join(PGconn *pg, const struct demo_options *o)
 
 	if ((e = run(pg, NULL, "BEGIN", 0, NULL, NULL)))
 		return e;
-	if ((e = run(pg, "demo_limits_bump", NULL, 1, v, NULL))) {
+	if ((e = run(pg, "demo_limits_bump", NULL, 1, v, NULL)) ||
+	    (e = run(pg, "demo_refresh_kick", NULL, 1, v, NULL))) {
 		PQclear(PQexec(pg, "ROLLBACK"));
 		return e;
 	}

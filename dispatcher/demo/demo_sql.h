@@ -43,6 +43,10 @@
 	"UPDATE organisations SET limits_version = limits_version + 1, updated_at = now()"         \
 	" WHERE id = $1"
 
+/* Asks the elected refresher to recompute the organisation now (delivered at commit), as a
+ * limits change through the API does (dispatcher/gate/refresher.h). $1 org_id. */
+#define DEMO_SQL_REFRESH_KICK "SELECT pg_notify('dsp_refresh', $1)"
+
 /* The fleet's gate mode and epoch (C11): the table's header. */
 #define DEMO_SQL_GATE_MODE "SELECT gate_mode, gate_epoch FROM system_settings"
 
