@@ -1,6 +1,7 @@
 /* dispatcher: the command-line entry point. Parses the command, loads the settings table, and
  * hands over to the command's module. */
 #include "build_config.h"
+#include "demo.h"
 #include "error.h"
 #include "log.h"
 #include "migrate.h"
@@ -25,6 +26,10 @@ static void usage(FILE *out)
 		"is\n"
 		"                     pending\n"
 		"  run                the worker: claim, select, admit, dial; SIGTERM drains\n"
+		"  demo [--minutes M] [--workers N] [--lines L] [--seed S]\n"
+		"                     run everything on this machine for about a minute and show\n"
+		"                     the fair share live (private PostgreSQL, Redis, provider\n"
+		"                     stub); see demo --help\n"
 		"  config [--markdown]\n"
 		"                     print the configuration table with its bounds and defaults\n"
 		"  --help, -h         this text\n"
@@ -109,6 +114,8 @@ int main(int argc, char **argv)
 	}
 	if ((rc = standalone(argc, argv)) >= 0)
 		return rc;
+	if (strcmp(argv[1], "demo") == 0) /* its own environment: it sets its workers' */
+		return demo_main(argc - 2, argv + 2);
 	if (parse_command(argc, argv, &c))
 		return 2;
 	if (settings_load(&s) < 0)

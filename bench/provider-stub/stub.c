@@ -101,11 +101,31 @@ int stub_set_org(struct stub *s, const char *org, const struct stub_org_config *
 
 #define MAX_OF(a, b) ((a) > (b) ? (a) : (b))
 
+uint64_t stub_live_ms(uint64_t live_ms, uint64_t live_at, uint64_t live, uint64_t now)
+{
+	return live_ms + live * (now > live_at ? now - live_at : 0);
+}
+
+/* Brings an integral of live up to now, before live changes. */
+static void live_advance(uint64_t *live_ms, uint64_t *live_at, uint64_t live, uint64_t now)
+{
+	*live_ms = stub_live_ms(*live_ms, *live_at, live, now);
+	*live_at = now;
+}
+
 static void call_live(struct stub *s, struct stub_call *c, int d)
 {
 	struct stub_org *o = org_get(s, c->org);
 	struct stub_campaign *k = campaign_get(s, c->campaign);
+	uint64_t now = uv_now(s->loop);
 
+	if (d > 0 && !s->first_dial_at)
+		s->first_dial_at = now;
+	live_advance(&s->live_ms, &s->live_at, s->live, now);
+	if (o)
+		live_advance(&o->live_ms, &o->live_at, o->live, now);
+	if (k)
+		live_advance(&k->live_ms, &k->live_at, k->live, now);
 	s->live += (uint64_t)(int64_t)d;
 	s->max_live = MAX_OF(s->max_live, s->live);
 	if (o) {

@@ -125,7 +125,11 @@ int stub_port(const struct stub *s);
 
 /* Returns the ground truth as a JSON text (malloc'ed; the caller frees it): counters of
  * requests, calls and events, per org and campaign, and connections_accepted (TCP connections
- * the stub's server accepted: a client that keeps its connection alive shows as 1). */
+ * the stub's server accepted: a client that keeps its connection alive shows as 1). The live
+ * timeline: now_ms (the stub's monotonic clock, ms), first_dial_ms (that clock when the first
+ * call was placed, 0 before), and live_ms, the integral of live calls over time up to now_ms in
+ * call-milliseconds, in total, per org and per campaign (a difference of two snapshots is the
+ * line-time used between them). */
 char *stub_stats_json(struct stub *s);
 
 /* Stops listening, ends nothing (live calls stay counted), cancels pending event posts and

@@ -10,6 +10,7 @@
 
 struct stats_ctx {
 	cJSON *obj;
+	uint64_t now; /* uv_now of the snapshot */
 };
 
 static void add_org(const char *key, void *val, void *data)
@@ -19,6 +20,9 @@ static void add_org(const char *key, void *val, void *data)
 
 	cJSON_AddNumberToObject(j, "live", (double)o->live);
 	cJSON_AddNumberToObject(j, "max_live", (double)o->max_live);
+	cJSON_AddNumberToObject(j, "live_ms",
+				(double)stub_live_ms(o->live_ms, o->live_at, o->live,
+						     ((struct stats_ctx *)data)->now));
 	cJSON_AddNumberToObject(j, "placed", (double)o->placed);
 	cJSON_AddNumberToObject(j, "requests", (double)o->requests);
 	cJSON_AddNumberToObject(j, "throttled_429", (double)o->throttled_429);
@@ -33,13 +37,16 @@ static void add_campaign(const char *key, void *val, void *data)
 
 	cJSON_AddNumberToObject(j, "live", (double)c->live);
 	cJSON_AddNumberToObject(j, "max_live", (double)c->max_live);
+	cJSON_AddNumberToObject(j, "live_ms",
+				(double)stub_live_ms(c->live_ms, c->live_at, c->live,
+						     ((struct stats_ctx *)data)->now));
 	cJSON_AddNumberToObject(j, "placed", (double)c->placed);
 }
 
 char *stub_stats_json(struct stub *s)
 {
 	cJSON *j = cJSON_CreateObject();
-	struct stats_ctx ctx;
+	struct stats_ctx ctx = { .now = uv_now(s->loop) };
 	struct http_server_stats ss = { .accepted = s->accepted_at_close };
 
 	if (s->server && !s->server_closed)
@@ -58,6 +65,9 @@ char *stub_stats_json(struct stub *s)
 		{ "rejected", s->rejected },
 		{ "live", s->live },
 		{ "max_live", s->max_live },
+		{ "live_ms", stub_live_ms(s->live_ms, s->live_at, s->live, ctx.now) },
+		{ "now_ms", ctx.now },
+		{ "first_dial_ms", s->first_dial_at },
 		{ "events_sent", s->events_sent },
 		{ "events_failed", s->events_failed },
 		{ "events_dropped", s->events_dropped },

@@ -13,12 +13,14 @@ struct stub_org {
 	struct stub_org_config cfg;
 	bool has_cfg; /* cfg set for this org; else the defaults apply */
 	uint64_t live, max_live, placed, requests, throttled_429, throttled_body, errors_5xx;
-	int64_t win;	    /* current window index */
-	unsigned cur, prev; /* dials counted in the current and previous window */
+	uint64_t live_ms, live_at; /* integral of live over time (call-ms) up to live_at (uv_now) */
+	int64_t win;		   /* current window index */
+	unsigned cur, prev;	   /* dials counted in the current and previous window */
 };
 
 struct stub_campaign {
 	uint64_t live, max_live, placed;
+	uint64_t live_ms, live_at; /* as in struct stub_org */
 };
 
 struct stub_call {
@@ -76,6 +78,8 @@ struct stub {
 	uint64_t next_id;
 	uint64_t requests, placed, replays, duplicates, throttled_429, throttled_body;
 	uint64_t errors_5xx, rejected, live, max_live;
+	uint64_t live_ms, live_at; /* as in struct stub_org, over every call */
+	uint64_t first_dial_at;	   /* uv_now of the first call placed, 0 before */
 	uint64_t events_sent, events_failed, events_dropped, events_duplicated;
 	uint64_t events_reordered, events_early;
 	uint64_t accepted_at_close; /* the server's accepted connections, once it is gone */
@@ -92,6 +96,8 @@ void stub_calls_free(struct stub *s);
 void stub_delayed_flush(struct stub *s);
 uint64_t stub_draw(const struct stub *s, const char *key, unsigned purpose);
 void stub_call_ended(struct stub_call *c);
+/* The integral of live up to now (call-ms): *live_ms plus live x (now - live_at). */
+uint64_t stub_live_ms(uint64_t live_ms, uint64_t live_at, uint64_t live, uint64_t now);
 void stub_handle_closed(struct stub *s);
 const struct stub_org_config *stub_org_cfg(struct stub *s, const char *org);
 /* Counts a dial of org o at now (ms): returns true when it is within cfg's window (fixed, or

@@ -413,6 +413,99 @@ static void hold_mode_exact_states(void **state)
 	harness_stop(h);
 }
 
+/* The live timeline of one GET /stats snapshot (stub_stats_json): now_ms and the live integrals. */
+struct timeline {
+	double now, first, total, org, a, b;
+};
+
+static double number_at(const cJSON *j, const char *a, const char *b, const char *c)
+{
+	const cJSON *v = cJSON_GetObjectItem(j, a);
+
+	if (b)
+		v = cJSON_GetObjectItem(cJSON_GetObjectItem(v, b), c);
+	assert_true(cJSON_IsNumber(v));
+	return v->valuedouble;
+}
+
+static struct timeline timeline_read(struct harness *h)
+{
+	char *text = stub_stats_json(h->stub);
+	cJSON *j = cJSON_Parse(text);
+	struct timeline t;
+
+	assert_non_null(j);
+	t.now = number_at(j, "now_ms", NULL, NULL);
+	t.first = number_at(j, "first_dial_ms", NULL, NULL);
+	t.total = number_at(j, "live_ms", NULL, NULL);
+	t.org = number_at(j, "orgs", "o1", "live_ms");
+	t.a = number_at(j, "campaigns", "A", "live_ms");
+	t.b = number_at(j, "campaigns", "B", "live_ms");
+	cJSON_Delete(j);
+	free(text);
+	return t;
+}
+
+static void timer_fired(uv_timer_t *t)
+{
+	*(bool *)t->data = true;
+}
+
+/* Runs the loop for at least ms. */
+static void pass_time(struct harness *h, uint64_t ms)
+{
+	uv_timer_t t;
+	bool fired = false;
+
+	uv_timer_init(&h->loop, &t);
+	t.data = &fired;
+	uv_timer_start(&t, timer_fired, ms, 0);
+	harness_wait(h, &fired);
+	uv_close((uv_handle_t *)&t, NULL);
+	uv_run(&h->loop, UV_RUN_NOWAIT);
+}
+
+/* The live timeline: between two snapshots, each integral grows by exactly live x elapsed (the
+ * demo's utilisation and fairness figures are such differences). */
+static void live_timeline_integrals(void **state)
+{
+	struct stub_config c = base();
+	struct harness *h;
+	struct reply r;
+	struct timeline t0, t1, t2;
+
+	(void)state;
+	c.drop_pct = 100;
+	h = harness_start(&c);
+	assert_int_equal(harness_stat(h, "first_dial_ms"), 0);
+	assert_int_equal(harness_stat(h, "live_ms"), 0);
+	harness_dial(h, "t1", "o1", "A", "t1", 1, &r);
+	harness_dial(h, "t2", "o1", "A", "t2", 1, &r);
+	harness_dial(h, "t3", "o1", "B", "t3", 1, &r);
+	t0 = timeline_read(h);
+	assert_true(t0.first > 0 && t0.first <= t0.now);
+	pass_time(h, 30);
+	t1 = timeline_read(h);
+	assert_true(t1.now >= t0.now + 30);
+	assert_true(t1.first == t0.first);
+	assert_true(t1.a - t0.a == 2 * (t1.now - t0.now));
+	assert_true(t1.b - t0.b == 1 * (t1.now - t0.now));
+	assert_true(t1.org - t0.org == 3 * (t1.now - t0.now));
+	assert_true(t1.total - t0.total == 3 * (t1.now - t0.now));
+	assert_int_equal(harness_control(h, "/control/end", "{\"idempotency_key\":\"t1\"}"), 200);
+	t1 = timeline_read(h);
+	pass_time(h, 20);
+	t2 = timeline_read(h);
+	assert_true(t2.a - t1.a == 1 * (t2.now - t1.now));
+	assert_true(t2.org - t1.org == 2 * (t2.now - t1.now));
+	assert_int_equal(harness_control(h, "/control/end", "{\"all\":true}"), 200);
+	t1 = timeline_read(h);
+	pass_time(h, 20);
+	t2 = timeline_read(h);
+	assert_true(t2.total == t1.total && t2.a == t1.a && t2.b == t1.b);
+	harness_stop(h);
+}
+
 /* Places n calls with seed, ends them all, returns the outcome counts. */
 static void outcomes(uint64_t seed, unsigned n, double counts[STUB_OUTCOMES])
 {
@@ -659,6 +752,7 @@ int main(void)
 		cmocka_unit_test(sliding_and_fixed_windows),
 		cmocka_unit_test(signed_events_in_sequence),
 		cmocka_unit_test(hold_mode_exact_states),
+		cmocka_unit_test(live_timeline_integrals),
 		cmocka_unit_test(outcome_distribution_is_deterministic),
 		cmocka_unit_test(throttling_modes),
 		cmocka_unit_test(injected_faults),

@@ -1,0 +1,618 @@
+/* `dispatcher demo` (demo.h, README.md): start everything, show the live table, summarise from
+ * the stub's ground truth, stop everything. */
+#include "demo_int.h"
+
+#include "capacity.h"
+#include "embedded.h"
+#include "gate.h"
+#include "gate_capacity.h"
+#include "http_client.h"
+#include "log.h"
+#include "redis_conn.h"
+#include "redis_script.h"
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+#include <uv.h>
+
+#define TICK_MS		   100 /* stub polls */
+#define REFRESH_MS	   1000
+#define SAMPLES_MAX	   100000
+#define VIEW_CAMPAIGNS_MAX 64 /* the demo's org has 4 (and the direct pseudo-campaign) */
+
+/* One GET /stats of the stub, the parts the demo uses. */
+struct stub_snap {
+	bool have;
+	double now, first_dial, placed, duplicates;
+	double org_live, org_max, org_live_ms;
+	double live[DEMO_CAMPAIGNS], max[DEMO_CAMPAIGNS], dialled[DEMO_CAMPAIGNS];
+	double live_ms[DEMO_CAMPAIGNS];
+};
+
+/* One campaign's capacity answer, as last read from the gate. */
+struct row {
+	bool have;
+	struct capacity_answer a;
+	char why[160];
+};
+
+struct demo {
+	struct demo_options o;
+	struct embedded e;
+	struct demo_procs procs;
+	PGconn *pg;
+	uv_loop_t loop;
+	uv_timer_t tick;
+	struct http_client *http;
+	struct redis_scripts *reg;
+	struct redis_conn *redis;
+	struct gate *gate;
+	char stats_url[64];
+	bool stats_inflight, read_inflight, loop_open, tty;
+	uint64_t start, last_refresh, join_at, end_at;
+	bool joined, ending, stopped, embedded_up;
+	int failed; /* a worker exited: its number */
+	struct stub_snap now, end, at_join;
+	uint32_t pending[DEMO_CAMPAIGNS], busy[DEMO_CAMPAIGNS];
+	struct row rows[DEMO_CAMPAIGNS];
+	uint32_t late_floor;
+	char gate_mode[64]; /* "redis mode, epoch 2" */
+	bool view_ok;	    /* the last gate_read() answered */
+	struct demo_sample *samples;
+	size_t n_samples;
+	unsigned drawn; /* lines of the last table, to redraw in place */
+};
+
+/* ---- the stub's ground truth ---- */
+
+static double num(const cJSON *j, const char *k)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, k);
+
+	return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static bool snap_parse(const char *body, struct stub_snap *s)
+{
+	cJSON *j = cJSON_Parse(body);
+
+	if (!j)
+		return false;
+	memset(s, 0, sizeof(*s));
+	s->have = true;
+	s->now = num(j, "now_ms");
+	s->first_dial = num(j, "first_dial_ms");
+	s->placed = num(j, "calls_placed");
+	s->duplicates = num(j, "duplicates");
+	const cJSON *org =
+		cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(j, "orgs"), DEMO_ORG);
+	s->org_live = num(org, "live");
+	s->org_max = num(org, "max_live");
+	s->org_live_ms = num(org, "live_ms");
+	const cJSON *cs = cJSON_GetObjectItem(j, "campaigns");
+	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
+		const cJSON *c = cJSON_GetObjectItemCaseSensitive(cs, demo_campaigns[i].id);
+		s->live[i] = num(c, "live");
+		s->max[i] = num(c, "max_live");
+		s->dialled[i] = num(c, "placed");
+		s->live_ms[i] = num(c, "live_ms");
+	}
+	cJSON_Delete(j);
+	return true;
+}
+
+static void on_stats(const struct http_client_response *r, void *data)
+{
+	struct demo *d = data;
+	struct stub_snap s;
+
+	d->stats_inflight = false;
+	if (r->cls != HTTP_CLIENT_OK || r->status != 200 || !snap_parse(r->body, &s))
+		return;
+	d->now = s;
+	if (d->joined && !d->at_join.have)
+		d->at_join = s; /* the first reading after the late campaign's commit */
+	if (d->at_join.have && d->n_samples < SAMPLES_MAX) {
+		for (size_t i = 0; i < DEMO_CAMPAIGNS; i++)
+			if (demo_campaigns[i].late)
+				d->samples[d->n_samples++] = (struct demo_sample){
+					.t_ms = (uint64_t)s.now,
+					.live = (uint32_t)s.live[i],
+					.floor = d->late_floor,
+				};
+	}
+	if (d->ending) {
+		d->end = s;
+		d->stopped = true;
+		uv_stop(&d->loop);
+	}
+}
+
+static void stats_send(struct demo *d)
+{
+	struct http_client_request req = { .method = "GET",
+					   .url = d->stats_url,
+					   .timeout_ms = 5000 };
+
+	if (!d->stats_inflight && http_client_send(d->http, &req, on_stats, d, NULL) == 0)
+		d->stats_inflight = true;
+}
+
+/* ---- the gate's capacity view ---- */
+
+static void on_generation(struct redis_conn *c, int status, redisReply *r, void *data)
+{
+	struct demo *d = data;
+
+	(void)c;
+	if (!status && r && r->type == REDIS_REPLY_STRING)
+		gate_set_generation(d->gate, r->str);
+}
+
+static void on_view(struct gate *g, int status, const struct gate_view *v, void *data)
+{
+	struct demo *d = data;
+	struct capacity_campaign cs[VIEW_CAMPAIGNS_MAX + 1];
+	struct capacity_org org;
+	uint32_t agents[64], n = 0;
+	uint64_t work[64];
+
+	(void)g;
+	d->read_inflight = false;
+	d->view_ok = status == 0;
+	if (status == GATE_ELOST) /* the workers built the gate after this connection came up */
+		redis_conn_command(d->redis, on_generation, d, "GET %s", GATE_SYS_GEN_KEY);
+	if (status || !v || v->n_campaigns > VIEW_CAMPAIGNS_MAX || v->n_agents > 64 ||
+	    gate_capacity_snapshot(v, NULL, 0, NULL, &org, cs, agents, &n))
+		return;
+	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
+		struct row *row = &d->rows[i];
+		uint32_t k = capacity_find(cs, n, demo_campaigns[i].id);
+
+		row->have = k != UINT32_MAX && capacity_view(&org, cs, n, k, work, &row->a) == 0;
+		if (row->have)
+			fairshare_limited_by_format(row->a.limited_by, row->a.limited_by_value,
+						    row->why, sizeof(row->why));
+		if (demo_campaigns[i].late)
+			d->late_floor = row->have ? row->a.guaranteed_floor : 0;
+	}
+}
+
+static void on_redis_event(struct redis_conn *c, const struct redis_conn_event *ev, void *data)
+{
+	struct demo *d = data;
+
+	(void)c;
+	if (ev->type == REDIS_CONN_UP && ev->generation)
+		gate_set_generation(d->gate, ev->generation);
+}
+
+/* ---- the table ---- */
+
+static void fmt_elapsed(char *buf, size_t len, uint64_t ms)
+{
+	snprintf(buf, len, "%llu:%02llu", (unsigned long long)(ms / 60000),
+		 (unsigned long long)(ms / 1000 % 60));
+}
+
+static void render(struct demo *d, uint64_t elapsed)
+{
+	char t[32], total[32], lim[16], flo[16], run[16];
+
+	fmt_elapsed(t, sizeof(t), elapsed);
+	fmt_elapsed(total, sizeof(total), d->end_at - d->start);
+	if (!d->tty) {
+		printf("t=%s live=%.0f/%u gate=%s%s", t, d->now.org_live, d->o.lines, d->gate_mode,
+		       d->view_ok ? "" : " (no Redis view)");
+		for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
+			const struct row *r = &d->rows[i];
+			if (r->have)
+				printf(" | %s running=%u floor=%u limit=%u dialled=%.0f pending=%u "
+				       "(%s)",
+				       demo_campaigns[i].id, r->a.running_now,
+				       r->a.guaranteed_floor, r->a.effective_limit,
+				       d->now.dialled[i], d->pending[i], r->why);
+			else
+				printf(" | %s dialled=%.0f pending=%u", demo_campaigns[i].id,
+				       d->now.dialled[i], d->pending[i]);
+		}
+		printf("\n");
+		fflush(stdout);
+		return;
+	}
+	if (d->drawn)
+		printf("\033[%uA", d->drawn);
+	printf("\033[Kdispatcher demo  %s / %s   %u workers   %s: %.0f of %u lines live   gate: "
+	       "%s%s\n",
+	       t, total, d->o.workers, DEMO_ORG, d->now.org_live, d->o.lines, d->gate_mode,
+	       d->view_ok ? "" : " (no Redis capacity view yet)");
+	printf("\033[K%-11s %-14s %7s %5s %5s %7s %7s  %s\n", "campaign", "", "running", "floor",
+	       "limit", "dialled", "pending", "binding limit");
+	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
+		const struct row *r = &d->rows[i];
+		const struct demo_campaign *c = &demo_campaigns[i];
+		char note[24];
+
+		snprintf(note, sizeof(note), c->ceiling ? "%s %u" : "%s", c->what, c->ceiling);
+		snprintf(run, sizeof(run), r->have ? "%u" : "-", r->a.running_now);
+		snprintf(flo, sizeof(flo), r->have ? "%u" : "-", r->a.guaranteed_floor);
+		snprintf(lim, sizeof(lim), r->have ? "%u" : "-", r->a.effective_limit);
+		printf("\033[K%-11s %-14s %7s %5s %5s %7.0f %7u  %s\n", c->id, note, run, flo, lim,
+		       d->now.dialled[i], d->pending[i],
+		       r->have ? r->why : (c->late && !d->joined ? "(not yet created)" : ""));
+	}
+	d->drawn = 2 + DEMO_CAMPAIGNS;
+	fflush(stdout);
+}
+
+/* ---- the loop ---- */
+
+static void on_tick(uv_timer_t *t)
+{
+	struct demo *d = t->data;
+	uint64_t now = uv_now(&d->loop), elapsed = now - d->start;
+	int w;
+
+	if (demo_interrupted()) {
+		uv_stop(&d->loop);
+		return;
+	}
+	if ((w = demo_workers_poll(&d->procs))) {
+		d->failed = w;
+		uv_stop(&d->loop);
+		return;
+	}
+	if (!d->joined && elapsed >= d->join_at) {
+		if (demo_late_join(d->pg, &d->o)) {
+			d->failed = -1;
+			uv_stop(&d->loop);
+			return;
+		}
+		d->joined = true;
+	}
+	if (now >= d->end_at)
+		d->ending = true;
+	stats_send(d);
+	if (now - d->last_refresh >= REFRESH_MS) {
+		d->last_refresh = now;
+		if (!d->read_inflight && gate_read(d->gate, DEMO_ORG, on_view, d) == 0)
+			d->read_inflight = true;
+		demo_backlog(d->pg, d->pending, d->busy);
+		demo_gate_mode(d->pg, d->gate_mode, sizeof(d->gate_mode));
+		render(d, elapsed);
+	}
+}
+
+static int loop_open(struct demo *d)
+{
+	struct http_client_config hc;
+	struct redis_conn_options ro = {
+		.url = d->e.redis_url,
+		.name = "demo",
+		.connect_timeout_ms = 5000,
+		.command_timeout_ms = 5000,
+		.reconnect_min_ms = 100,
+		.reconnect_max_ms = 1000,
+		.generation_key = GATE_SYS_GEN_KEY,
+		.event_cb = on_redis_event,
+		.data = d,
+	};
+
+	if (uv_loop_init(&d->loop))
+		return -ENOMEM;
+	d->loop_open = true;
+	http_client_config_defaults(&hc);
+	hc.no_proxy = true;
+	snprintf(d->stats_url, sizeof(d->stats_url), "http://127.0.0.1:%d/stats",
+		 d->procs.stub_port);
+	if (http_client_new(&d->loop, &hc, &d->http) || redis_scripts_new(&d->reg) ||
+	    gate_scripts_register(d->reg))
+		return -ENOMEM;
+	ro.scripts = d->reg;
+	if (redis_conn_new(&d->loop, &ro, &d->redis) ||
+	    gate_new(d->redis, d->reg, NULL, &d->gate) || redis_conn_start(d->redis))
+		return -ENOMEM;
+	uv_timer_init(&d->loop, &d->tick);
+	d->tick.data = d;
+	return 0;
+}
+
+static void walk_close(uv_handle_t *h, void *arg)
+{
+	(void)arg;
+	if (!uv_is_closing(h))
+		uv_close(h, NULL);
+}
+
+static void loop_close(struct demo *d)
+{
+	if (!d->loop_open)
+		return;
+	gate_free(d->gate);
+	if (d->redis)
+		redis_conn_close(d->redis, NULL, NULL);
+	if (d->http)
+		http_client_close(d->http, NULL, NULL);
+	uv_run(&d->loop, UV_RUN_NOWAIT);
+	uv_walk(&d->loop, walk_close, NULL);
+	uv_run(&d->loop, UV_RUN_DEFAULT);
+	uv_loop_close(&d->loop);
+	redis_scripts_free(d->reg);
+	d->loop_open = false;
+}
+
+static void on_give_up(uv_timer_t *t)
+{
+	struct demo *d = t->data;
+
+	uv_stop(&d->loop);
+}
+
+/* One more GET /stats, waited for (the ground truth once the workers are gone): into d->now. */
+static void stats_final(struct demo *d)
+{
+	struct stub_snap end = d->end;
+
+	d->ending = true;
+	d->stopped = false;
+	stats_send(d);
+	uv_timer_start(&d->tick, on_give_up, 5000, 0);
+	while (!d->stopped && d->stats_inflight && !demo_interrupted())
+		uv_run(&d->loop, UV_RUN_ONCE);
+	uv_timer_stop(&d->tick);
+	d->end = end; /* the figures' window ends with the table */
+}
+
+/* ---- summary ---- */
+
+static int summary(struct demo *d, const struct stub_snap *fin)
+{
+	const struct stub_snap *e = &d->end;
+	uint32_t ceilings[DEMO_CAMPAIGNS];
+	double shares[DEMO_CAMPAIGNS], x[DEMO_CAMPAIGNS];
+	int bad = 0;
+
+	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++)
+		ceilings[i] = demo_campaigns[i].ceiling;
+	demo_fair_shares(d->o.lines, ceilings, DEMO_CAMPAIGNS, shares);
+
+	double span = e->now - e->first_dial;
+	double util = e->first_dial > 0 && span > 0 ? e->org_live_ms / (d->o.lines * span) : 0;
+	double jspan = d->at_join.have ? e->now - d->at_join.now : 0, jain = 0;
+	if (jspan > 0) {
+		for (size_t i = 0; i < DEMO_CAMPAIGNS; i++)
+			x[i] = (e->live_ms[i] - d->at_join.live_ms[i]) / (shares[i] * jspan);
+		jain = demo_jain(x, DEMO_CAMPAIGNS);
+	}
+	bool backlogged = true;
+	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++)
+		backlogged = backlogged && d->pending[i] > 0;
+
+	printf("\nSummary (the provider stub's ground truth)\n");
+	printf("  dialled:                 %.0f calls\n", fin->placed);
+	printf("  duplicates:              %.0f%s\n", fin->duplicates,
+	       fin->duplicates > 0 ? "   FAILED: a contact was dialled twice" : "");
+	bad |= fin->duplicates > 0;
+	printf("  maximum live, org:       %.0f of %u lines%s\n", fin->org_max, d->o.lines,
+	       fin->org_max > d->o.lines ? "   FAILED: above the organisation's limit" : "");
+	bad |= fin->org_max > d->o.lines;
+	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
+		bool over = ceilings[i] && fin->max[i] > ceilings[i];
+		printf("  maximum live, %-10s %.0f", demo_campaigns[i].id, fin->max[i]);
+		if (ceilings[i])
+			printf(" (ceiling %u)%s", ceilings[i],
+			       over ? "   FAILED: above its ceiling" : "");
+		printf("\n");
+		bad |= over;
+	}
+	printf("  line utilisation:        %.1f %% (live line-time / (%u lines x %.1f s) from the "
+	       "first call; target >= 97 %%)%s\n",
+	       util * 100, d->o.lines, span / 1000, util >= 0.97 ? "" : "   below target");
+	if (jspan > 0) {
+		printf("  Jain's fairness index:   %.4f over %u campaigns for the last %.1f s "
+		       "(live "
+		       "line-time / max-min fair share:",
+		       jain, DEMO_CAMPAIGNS, jspan / 1000);
+		for (size_t i = 0; i < DEMO_CAMPAIGNS; i++)
+			printf(" %.3f", x[i]);
+		printf("; target >= 0.98)%s\n", jain >= 0.98 ? "" : "   below target");
+	} else {
+		printf("  Jain's fairness index:   not measured (the late campaign never "
+		       "joined)\n");
+	}
+	if (!backlogged)
+		printf("  note: a campaign ran out of pending contacts before the end: the "
+		       "figures above are not all 'while backlogged'\n");
+	uint64_t ttf;
+	double target = DEMO_CALL_MAX_MS + 1000;
+	if (d->at_join.have &&
+	    demo_time_to_floor(d->samples, d->n_samples, (uint64_t)d->at_join.now, &ttf) == 0)
+		printf("  late campaign at floor:  %.1f s after it joined (target <= longest call "
+		       "+ "
+		       "1 s = %.1f s)%s\n",
+		       ttf / 1000.0, target / 1000, ttf <= target ? "" : "   below target");
+	else
+		printf("  late campaign at floor:  never reached%s\n",
+		       d->at_join.have ? "   below target" : "");
+	printf("%s\n", bad ? "Result: FAILED (an invariant was broken)" : "Result: ok");
+	return bad ? 1 : 0;
+}
+
+/* ---- the command ---- */
+
+static int self_paths(char *self, size_t len, char *stub, size_t slen)
+{
+	ssize_t n = readlink("/proc/self/exe", self, len - 1);
+	char dir[PATH_MAX];
+
+	if (n <= 0)
+		return -errno;
+	self[n] = '\0';
+	snprintf(dir, sizeof(dir), "%s", self);
+	char *slash = strrchr(dir, '/');
+	if (slash)
+		*slash = '\0';
+	/* the build tree: <build>/dispatcher/dispatcher and <build>/bench/provider-stub/ */
+	snprintf(stub, slen, "%s/../bench/provider-stub/provider-stub", dir);
+	if (access(stub, X_OK) == 0)
+		return 0;
+	snprintf(stub, slen, "%s/provider-stub", dir);
+	return access(stub, X_OK) == 0 ? 0 : -ENOENT;
+}
+
+static void print_log_tail(const char *path)
+{
+	char cmd[PATH_MAX + 32];
+
+	fprintf(stderr, "--- %s (last lines)\n", path);
+	fflush(stderr);
+	snprintf(cmd, sizeof(cmd), "tail -n 8 '%s' >&2", path);
+	if (system(cmd) != 0)
+		fprintf(stderr, "(no log)\n");
+}
+
+static void print_logs(struct demo *d)
+{
+	char path[PATH_MAX];
+
+	for (unsigned i = 0; i < d->procs.n_workers; i++) {
+		snprintf(path, sizeof(path), "%s/worker-%u.log", d->e.dir, i + 1);
+		print_log_tail(path);
+	}
+	snprintf(path, sizeof(path), "%s/stub.log", d->e.dir);
+	print_log_tail(path);
+}
+
+static int prepare_all(struct demo *d, const char *self, const char *stub)
+{
+	struct embedded_options eo = { .postgres = true, .redis = true };
+	unsigned char raw[16];
+	char secret[40];
+
+	if (getrandom(raw, sizeof(raw), 0) != sizeof(raw))
+		return -EIO;
+	for (size_t i = 0; i < sizeof(raw); i++)
+		snprintf(secret + 2 * i, 3, "%02x", raw[i]);
+	printf("starting PostgreSQL and Redis (private, in /tmp)...\n");
+	fflush(stdout);
+	if (embedded_start(&d->e, &eo))
+		return -EIO;
+	d->embedded_up = true;
+	d->procs.dir = d->e.dir;
+	if (demo_interrupted())
+		return -EINTR;
+	if (!(d->pg = PQconnectdb(d->e.database_url)) || PQstatus(d->pg) != CONNECTION_OK) {
+		log_error(LOG_MAIN, "demo: cannot connect to the private PostgreSQL");
+		return -EIO;
+	}
+	printf("migrating, creating the organisation (%u lines) and %u contacts per campaign...\n",
+	       d->o.lines, demo_contacts_per_campaign(&d->o));
+	fflush(stdout);
+	if (demo_setup(d->pg, &d->o))
+		return -EIO;
+	if (demo_interrupted())
+		return -EINTR;
+	int e = demo_stub_start(&d->procs, stub, d->o.seed, secret);
+	if (e) {
+		log_error(LOG_MAIN, "demo: the provider stub did not start: %s", strerror(-e));
+		return e;
+	}
+	int port = demo_free_port();
+	if (port < 0)
+		return port;
+	struct demo_worker_env we = { .database_url = d->e.database_url,
+				      .redis_url = d->e.redis_url,
+				      .secret = secret,
+				      .port = port };
+	printf("starting the provider stub (port %d) and %u workers (port %d)...\n\n",
+	       d->procs.stub_port, d->o.workers, port);
+	fflush(stdout);
+	if ((e = demo_workers_start(&d->procs, self, d->o.workers, &we)))
+		return e;
+	return demo_interrupted() ? -EINTR : 0;
+}
+
+int demo_main(int argc, char **argv)
+{
+	static struct demo d;
+	char self[PATH_MAX], stub[PATH_MAX + 64];
+	int rc = 1, e;
+
+	switch (demo_options_parse(argc, argv, &d.o, stderr)) {
+	case 0:
+		break;
+	case 1:
+		demo_usage(stdout);
+		return 0;
+	default:
+		return 2;
+	}
+	if (self_paths(self, sizeof(self), stub, sizeof(stub))) {
+		fprintf(stderr, "dispatcher demo: the provider stub is not built next to this "
+				"binary (build with -Dbench=true: bench/provider-stub)\n");
+		return 1;
+	}
+	log_set_level(LOG_WARN); /* the table is the output; warnings and errors still show */
+	demo_signals_install();
+	d.tty = isatty(STDOUT_FILENO);
+	d.samples = calloc(SAMPLES_MAX, sizeof(*d.samples));
+	if (!d.samples)
+		return 1;
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	if ((e = prepare_all(&d, self, stub)) || (e = loop_open(&d)))
+		goto done;
+	d.start = d.last_refresh = uv_now(&d.loop);
+	d.join_at = demo_late_join_ms(&d.o);
+	d.end_at = d.start + (uint64_t)(d.o.minutes * 60000);
+	uv_timer_start(&d.tick, on_tick, TICK_MS, TICK_MS);
+	uv_run(&d.loop, UV_RUN_DEFAULT);
+	uv_timer_stop(&d.tick);
+	if (demo_interrupted()) {
+		e = -EINTR;
+		goto done;
+	}
+	if (d.failed) {
+		fprintf(stderr, "\ndispatcher demo: %s\n",
+			d.failed > 0 ? "a worker exited early"
+				     : "the late campaign was not written");
+		print_logs(&d);
+		goto done;
+	}
+	printf("\nstopping the workers (SIGTERM: they drain)...\n");
+	fflush(stdout);
+	int killed = demo_workers_stop(&d.procs, 15000);
+	if (killed)
+		printf("%d worker(s) did not exit within 15 s of SIGTERM and were killed\n",
+		       killed);
+	stats_final(&d);
+	rc = summary(&d, d.now.have ? &d.now : &d.end);
+	if (!d.end.have || d.end.placed == 0) {
+		fprintf(stderr, "dispatcher demo: no call was placed\n");
+		print_logs(&d);
+		rc = 1;
+	}
+done:
+	if (e == -EINTR) {
+		printf("\ninterrupted: stopping everything\n");
+		rc = 130;
+	} else if (e) {
+		fprintf(stderr, "dispatcher demo: could not start: %s\n", strerror(-e));
+		if (d.procs.dir)
+			print_logs(&d);
+	}
+	demo_procs_stop(&d.procs);
+	loop_close(&d);
+	if (d.pg)
+		PQfinish(d.pg);
+	if (d.embedded_up)
+		embedded_stop(&d.e);
+	curl_global_cleanup();
+	free(d.samples);
+	return rc;
+}

@@ -1,0 +1,173 @@
+/* The demo's database writes (demo_int.h): migrations, then the organisation as an operator
+ * would create it, through the named statements of demo_sql.h on one blocking connection. */
+#include "demo_int.h"
+
+#include "demo_sql.h"
+#include "log.h"
+#include "migrate.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const struct demo_campaign demo_campaigns[DEMO_CAMPAIGNS] = {
+	{ "cmp-alpha", "from the start", 0, false },
+	{ "cmp-bravo", "from the start", 0, false },
+	{ "cmp-late", "joins late", 0, true },
+	{ "cmp-capped", "ceiling", DEMO_CEILING, false },
+};
+
+static const struct {
+	const char *name, *sql;
+	int nparams;
+} stmts[] = {
+	{ "demo_org", DEMO_SQL_ORG, 3 },
+	{ "demo_agent", DEMO_SQL_AGENT, 3 },
+	{ "demo_campaign", DEMO_SQL_CAMPAIGN, 4 },
+	{ "demo_batch", DEMO_SQL_BATCH, 4 },
+	{ "demo_contacts", DEMO_SQL_CONTACTS, 5 },
+	{ "demo_backlog", DEMO_SQL_BACKLOG, 1 },
+	{ "demo_gate_mode", DEMO_SQL_GATE_MODE, 0 },
+	{ "demo_limits_bump", DEMO_SQL_LIMITS_BUMP, 1 },
+	{ "demo_refresh_kick", DEMO_SQL_REFRESH_KICK, 1 },
+};
+
+/* Runs a named statement (or a plain command with name NULL); logs and returns -EIO on error. */
+static int run(PGconn *pg, const char *name, const char *sql, int n, const char *const *v,
+	       PGresult **keep)
+{
+	PGresult *r = name ? PQexecPrepared(pg, name, n, v, NULL, NULL, 0) : PQexec(pg, sql);
+	ExecStatusType st = PQresultStatus(r);
+
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK) {
+		log_error(LOG_MAIN, "demo: %s: %s", name ? name : sql, PQresultErrorMessage(r));
+		PQclear(r);
+		return -EIO;
+	}
+	if (keep)
+		*keep = r;
+	else
+		PQclear(r);
+	return 0;
+}
+
+static int prepare(PGconn *pg)
+{
+	for (size_t i = 0; i < sizeof(stmts) / sizeof(stmts[0]); i++) {
+		PGresult *r = PQprepare(pg, stmts[i].name, stmts[i].sql, stmts[i].nparams, NULL);
+		bool ok = PQresultStatus(r) == PGRES_COMMAND_OK;
+		if (!ok)
+			log_error(LOG_MAIN, "demo: prepare %s: %s", stmts[i].name,
+				  PQresultErrorMessage(r));
+		PQclear(r);
+		if (!ok)
+			return -EIO;
+	}
+	return 0;
+}
+
+/* The campaign i with its batch and contacts (in the caller's transaction). */
+static int write_campaign(PGconn *pg, const struct demo_options *o, size_t i)
+{
+	const struct demo_campaign *c = &demo_campaigns[i];
+	char ceiling[16], batch[80], count[16], first[24];
+	uint32_t n = demo_contacts_per_campaign(o);
+
+	snprintf(ceiling, sizeof(ceiling), "%u", c->ceiling);
+	snprintf(batch, sizeof(batch), "batch-%s", c->id + 4);
+	snprintf(count, sizeof(count), "%u", n);
+	/* +1 555 0i0 0000 onwards: distinct numbers per campaign */
+	snprintf(first, sizeof(first), "%llu", 15550000000ULL + (unsigned long long)i * 10000000);
+	const char *cv[] = { c->id, DEMO_ORG, DEMO_AGENT, c->ceiling ? ceiling : NULL };
+	const char *bv[] = { batch, DEMO_ORG, c->id, count };
+	const char *kv[] = { DEMO_ORG, c->id, batch, first, count };
+	int e;
+
+	if ((e = run(pg, "demo_campaign", NULL, 4, cv, NULL)) ||
+	    (e = run(pg, "demo_batch", NULL, 4, bv, NULL)) ||
+	    (e = run(pg, "demo_contacts", NULL, 5, kv, NULL)))
+		return e;
+	return 0;
+}
+
+int demo_setup(PGconn *pg, const struct demo_options *o)
+{
+	char lines[16];
+	int e;
+
+	if (migrate_apply(pg, NULL))
+		return -EIO;
+	if ((e = prepare(pg)))
+		return e;
+	snprintf(lines, sizeof(lines), "%u", o->lines);
+	const char *ov[] = { DEMO_ORG, "Demo organisation", lines };
+	const char *av[] = { DEMO_AGENT, DEMO_ORG, "+15550000001" };
+	if ((e = run(pg, NULL, "BEGIN", 0, NULL, NULL)) ||
+	    (e = run(pg, "demo_org", NULL, 3, ov, NULL)) ||
+	    (e = run(pg, "demo_agent", NULL, 3, av, NULL)))
+		return e;
+	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++)
+		if (!demo_campaigns[i].late && (e = write_campaign(pg, o, i)))
+			return e;
+	if ((e = run(pg, NULL, "COMMIT", 0, NULL, NULL)) ||
+	    (e = run(pg, NULL, "ANALYZE", 0, NULL, NULL)))
+		return e;
+	return 0;
+}
+
+int demo_late_join(PGconn *pg, const struct demo_options *o)
+{
+	const char *v[] = { DEMO_ORG };
+	int e;
+
+	if ((e = run(pg, NULL, "BEGIN", 0, NULL, NULL)))
+		return e;
+	if ((e = run(pg, "demo_limits_bump", NULL, 1, v, NULL)) ||
+	    (e = run(pg, "demo_refresh_kick", NULL, 1, v, NULL))) {
+		PQclear(PQexec(pg, "ROLLBACK"));
+		return e;
+	}
+	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
+		if (demo_campaigns[i].late && (e = write_campaign(pg, o, i))) {
+			PQclear(PQexec(pg, "ROLLBACK"));
+			return e;
+		}
+	}
+	return run(pg, NULL, "COMMIT", 0, NULL, NULL);
+}
+
+int demo_backlog(PGconn *pg, uint32_t *pending, uint32_t *busy)
+{
+	const char *v[] = { DEMO_ORG };
+	PGresult *r;
+	int e;
+
+	if ((e = run(pg, "demo_backlog", NULL, 1, v, &r)))
+		return e;
+	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++)
+		pending[i] = busy[i] = 0;
+	for (int row = 0; row < PQntuples(r); row++) {
+		for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
+			if (strcmp(PQgetvalue(r, row, 0), demo_campaigns[i].id) == 0) {
+				pending[i] = (uint32_t)strtoul(PQgetvalue(r, row, 1), NULL, 10);
+				busy[i] = (uint32_t)strtoul(PQgetvalue(r, row, 2), NULL, 10);
+			}
+		}
+	}
+	PQclear(r);
+	return 0;
+}
+
+int demo_gate_mode(PGconn *pg, char *mode, size_t len)
+{
+	PGresult *r;
+	int e;
+
+	if ((e = run(pg, "demo_gate_mode", NULL, 0, NULL, &r)))
+		return e;
+	if (PQntuples(r) == 1)
+		snprintf(mode, len, "%s mode, epoch %s", PQgetvalue(r, 0, 0), PQgetvalue(r, 0, 1));
+	PQclear(r);
+	return 0;
+}
