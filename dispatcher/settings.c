@@ -76,6 +76,12 @@ const struct config_setting settings_table[] = {
 	  OFF(provider_timeout_ms), "Deadline of one request to the provider." },
 	{ "DISPATCHER_LANE_PROBE_SECONDS", CONFIG_INT, 1, 86400, "300", NULL, "s", false,
 	  OFF(lane_probe_s), "A lane stopped by a 401/403 probes the provider again after this." },
+	{ "DISPATCHER_LANE_RATE_PER_S", CONFIG_INT, 0, 1000000, "0", NULL, "1/s", false,
+	  OFF(lane_rate_per_s),
+	  "Dials per second per organisation to the provider, for the whole fleet (a token bucket "
+	  "in Redis); 0: unpaced. Set it to the provider's per-account rate." },
+	{ "DISPATCHER_LANE_BURST", CONFIG_INT, 1, 100000, "10", NULL, NULL, false, OFF(lane_burst),
+	  "Depth of the lane's token bucket (dials sent at once after a pause)." },
 	{ "DISPATCHER_CLAIM_PAGE", CONFIG_INT, 1, 1000, "50", NULL, NULL, false, OFF(claim_page),
 	  "Contacts claimed per statement." },
 	{ "DISPATCHER_REFRESH_PERIOD_MS", CONFIG_INT, 50, 60000, "1000", NULL, "ms", false,

@@ -31,6 +31,8 @@ struct settings {
 	long long retention_days;      /* calls, attempts, events older than this are deleted */
 	long long drain_s;	       /* SIGTERM: exit within this */
 	long long provider_timeout_ms; /* deadline of one provider request */
+	long long lane_rate_per_s;     /* fleet-wide dials per second per org lane, 0: unpaced */
+	long long lane_burst;	       /* token bucket depth of a lane */
 	long long lane_probe_s;	       /* a lane stopped by 401/403 probes again after this */
 	long long claim_page;	       /* contacts claimed per statement */
 	long long refresh_period_ms;   /* the refresher's period */

@@ -73,6 +73,8 @@ int run_main(const struct settings *s)
 		.drain_ms = (uint64_t)s->drain_s * 1000,
 		.provider_timeout_ms = (uint64_t)s->provider_timeout_ms,
 		.lane_probe_ms = (uint64_t)s->lane_probe_s * 1000,
+		.lane_rate_per_s = (uint32_t)s->lane_rate_per_s,
+		.lane_burst = (uint32_t)s->lane_burst,
 		.claim_page = (uint32_t)s->claim_page,
 		.refresh_period_ms = (uint64_t)s->refresh_period_ms,
 		.floors_ttl_ms = (uint64_t)s->floor_ttl_s * 1000,

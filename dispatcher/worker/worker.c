@@ -549,6 +549,9 @@ static int build_jobs(struct worker *w)
 	if (rf.period_ms && rf.period_ms * 3 > REFRESHER_LEASE_MS)
 		rf.lease_ms = rf.period_ms * 3;
 	lane_config_defaults(&dopt.lane);
+	dopt.lane.rate_per_s = o->lane_rate_per_s;
+	if (o->lane_burst)
+		dopt.lane.burst = o->lane_burst;
 	retry_policy_defaults(&dopt.policy);
 	if ((rc = gate_flow_new(&fo, &w->flow)) || (rc = gate_mode_new(&mo, &w->mode)) ||
 	    (rc = handoff_new(&ho, &w->handoff)) ||

@@ -56,6 +56,7 @@ struct worker_options {
 	const char *webhook_secret; /* PROVIDER_WEBHOOK_SECRET: the events' signatures */
 	uint64_t slot_wait_ms, lease_ms, drain_ms, provider_timeout_ms, lane_probe_ms;
 	uint32_t claim_page;
+	uint32_t lane_rate_per_s, lane_burst; /* fleet-wide pacing per lane (0: unpaced) */
 	uint64_t refresh_period_ms, floors_ttl_ms, reconcile_ms;
 	uint64_t pg_connect_timeout_ms, pg_query_timeout_ms;
 	uint64_t redis_connect_timeout_ms, redis_command_timeout_ms;
