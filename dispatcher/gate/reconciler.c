@@ -178,7 +178,7 @@ static void tick_cb(uv_timer_t *t)
 		uint64_t delay = backoff_doubled(RECONCILER_RETRY_MS, r->retries++, r->o.period_ms);
 
 		r->stats.failures++;
-		RLOG(LOG_WARN, NULL, "run not started (%s): retrying in %" PRIu64 " ms",
+		RLOG(LOG_INFO, NULL, "run not started (%s): retrying in %" PRIu64 " ms",
 		     dsp_strerror(rc), delay);
 		uv_timer_start(&r->timer, tick_cb, delay, 0);
 	}
