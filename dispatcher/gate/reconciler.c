@@ -159,12 +159,29 @@ fail:
 	return rc;
 }
 
+/* A run that could not start (its pool not connected yet: at a worker's start the first tick,
+ * and the Redis connect's kick, come before PostgreSQL is up) is retried after the backoff: only
+ * a run's end schedules the next, so without this the reconciler stopped until a kick — and the
+ * switch's NOTIFY that would kick it can come before its LISTEN connection is up (issue 9: a
+ * fresh fleet stayed in postgres mode for the whole run). */
 static void tick_cb(uv_timer_t *t)
 {
 	struct reconciler *r = t->data;
+	int rc;
 
-	if (!r->running && reconciler_run(r, NULL, NULL) == -EBUSY)
+	if (r->running)
+		return;
+	rc = reconciler_run(r, NULL, NULL);
+	if (rc == -EBUSY) {
 		r->kicked = true;
+	} else if (rc && !r->closing) {
+		uint64_t delay = backoff_doubled(RECONCILER_RETRY_MS, r->retries++, r->o.period_ms);
+
+		r->stats.failures++;
+		RLOG(LOG_INFO, NULL, "run not started (%s): retrying in %" PRIu64 " ms",
+		     dsp_strerror(rc), delay);
+		uv_timer_start(&r->timer, tick_cb, delay, 0);
+	}
 }
 
 /* The next run: at once after a kick, after the backoff while a way back is wanted (its first

@@ -196,13 +196,19 @@ static void lane_timer_cb(uv_timer_t *t)
 
 static void finish(struct dcall *c, struct dial_result *r);
 
+/* A queued call may be a re-send (resend_cb() puts it back in the queue) of a send that may have
+ * been delivered: the call may be live at the provider, so it ends DIAL_UNKNOWN (slots kept, the
+ * contact not handed back; its events or the maximum-duration sweep end it), as send_call() and
+ * end_waiting() end such a call. Ending it `disp` (STOPPED, DRAINED: the contact back to pending,
+ * its slots released) let a live call go uncounted and its contact be dialled again (issue 9). */
 void dial_stop_lane_calls(struct dlane *l, enum dial_disposition disp)
 {
 	while (!list_empty(&l->queue)) {
 		struct dcall *c = list_entry(list_first(&l->queue), struct dcall, node);
 		list_del(&c->node);
 		c->queued = false;
-		struct dial_result r = { .disposition = disp, .reason = RETRY_REASON_CREDENTIALS };
+		struct dial_result r = { .disposition = c->maybe_delivered ? DIAL_UNKNOWN : disp,
+					 .reason = RETRY_REASON_CREDENTIALS };
 		finish(c, &r);
 	}
 }

@@ -88,7 +88,8 @@ static inline int64_t dial_now_ms(struct dial *d)
 void dial_maybe_done(struct dial *d);
 /* Sends what l's queue may send now; else arms l's timer (or a fleet take is in flight). */
 void dial_lane_pump(struct dlane *l);
-/* Ends every call queued on l with disp. */
+/* Ends every call queued on l with disp; a queued re-send of a send that may have been
+ * delivered ends DIAL_UNKNOWN instead (the call may be live: its slots are kept). */
 void dial_stop_lane_calls(struct dlane *l, enum dial_disposition disp);
 /* A stopped lane's probe timer: resumes the lane and pumps it. */
 void dial_probe_cb(uv_timer_t *t);

@@ -834,6 +834,49 @@ static void way_back_on_redis_return(void **state)
 	env_close(&e);
 }
 
+static bool redis_up(void *arg)
+{
+	return redis_conn_is_up(((struct env *)arg)->ge.conn);
+}
+
+static bool rebuilt(void *arg)
+{
+	struct reconciler_stats st;
+
+	reconciler_get_stats(((struct env *)arg)->rec, &st);
+	return st.rebuilds >= 1;
+}
+
+/* A worker's start: the reconciler's first tick and the Redis connect's kick come before its
+ * PostgreSQL pool is up (the runs cannot start: -ENOTCONN), and no NOTIFY kicks it afterwards.
+ * The initial build still comes soon after the pool is up — not a period (10 s) later, nor
+ * never: a run that could not start used to schedule nothing (issue 9: the fleet stayed in
+ * postgres mode and the refresher answered "state lost" for the whole run). */
+static void run_retried_before_pool_up(void **state)
+{
+	struct env e;
+	struct reconciler_stats st;
+
+	(void)state;
+	long long epoch = fresh_install();
+	env_build(&e, 2000, RECONCILER_PERIOD_MAX_MS);
+	assert_int_equal(reconciler_start(e.rec), 0);
+	assert_int_equal(redis_conn_start(e.ge.conn), 0);
+	fixture_run_until(&e.ge.loop, redis_up, &e, 60000);
+	for (int i = 0; i < 20; i++) /* the tick and the connect's kick, both refused */
+		uv_run(&e.ge.loop, UV_RUN_NOWAIT);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.rebuilds, 0);
+	assert_int_equal(gp_epoch(admin), epoch);
+	long long t0 = fixture_now_ms();
+	assert_int_equal(pg_pool_start(e.pool), 0);
+	fixture_run_until(&e.ge.loop, rebuilt, &e, 5000);
+	print_message("pool up late: initial build %lld ms after the pool's start\n",
+		      fixture_now_ms() - t0);
+	assert_int_equal(gp_epoch(admin), epoch + 1);
+	env_close(&e);
+}
+
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0", "a1" };
@@ -870,6 +913,7 @@ int main(void)
 		cmocka_unit_test(initial_build),
 		cmocka_unit_test(fresh_start_is_fast),
 		cmocka_unit_test(way_back_on_redis_return),
+		cmocka_unit_test(run_retried_before_pool_up),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

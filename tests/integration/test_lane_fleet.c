@@ -333,7 +333,7 @@ static void three_connections_stay_under_rate(void **state)
 
 /* ---- two dialers, one provider ---- */
 
-enum pmode { P_OK = 0, P_429, P_401 };
+enum pmode { P_OK = 0, P_429, P_401, P_500 };
 
 struct provider {
 	struct http_server *srv;
@@ -357,6 +357,10 @@ static void provider_calls(struct http_request *req, void *data)
 		break;
 	case P_401:
 		http_respond(req, 401, "application/json", "{}", 2);
+		break;
+	case P_500: /* one 500: the call may exist, re-sent with its key */
+		http_respond(req, 500, "application/json", "{}", 2);
+		p->mode = P_OK;
 		break;
 	default:
 		http_respond(req, 201, "application/json", "{\"call_id\":\"pc\"}", 16);
@@ -632,6 +636,33 @@ static void stop_seen_fleet_wide(void **state)
 	denv_close(&w);
 }
 
+/* A call answered 500 (it may have been placed: re-sent with its key after the backoff) whose
+ * re-send meets the lane stopped fleet-wide (another worker's 401, written here as that worker's
+ * lane_mark.lua would): the re-send is not sent, and the call ends DIAL_UNKNOWN (slots kept, the
+ * contact not handed back), never DIAL_STOPPED — that released the slots of a call that may be
+ * live at the provider and handed its contact back to be dialled again (issue 9: more live calls
+ * at the provider than the org's limit). A drain ends it the same way (DIAL_DRAINED before). */
+static void stop_keeps_maybe_delivered(void **state)
+{
+	struct denv w;
+	char k[128];
+
+	(void)state;
+	denv_open(&w, 0, 1, 300000, false);
+	rint_cmd("DEL %s", key_of(k, sizeof(k), "sk"));
+	w.prov.mode = P_500;
+	start_call(&w, 0, "sk", 5001);
+	fixture_run_until_count(&w.e.loop, &w.prov.posts, 1, WAIT_MS);
+	/* The re-send is due 250-500 ms after the answer: the stop is there before it. */
+	rint_cmd("HSET %s stopped_until_ms %lld", k, redis_now_ms() + 60000);
+	run_until_at_least(&w, &w.res[0].n, 1);
+	assert_int_equal(w.prov.posts, 1); /* the re-send was not sent */
+	assert_int_equal(w.res[0].stopped, 0);
+	assert_int_equal(w.res[0].other, 1); /* DIAL_UNKNOWN */
+	rint_cmd("DEL %s", k);
+	denv_close(&w);
+}
+
 /* Redis unreachable (a connection that never comes up): the lane is paced by the dialer's own
  * bucket, never unpaced — 30 calls at 20/s, burst 2, take ≥ (30 − 2 − 1) / 20 s (less 250 ms). */
 static void unreachable_redis_paces_locally(void **state)
@@ -681,6 +712,7 @@ int main(void)
 		cmocka_unit_test(two_dialers_share_the_rate),
 		cmocka_unit_test(park_seen_by_the_other),
 		cmocka_unit_test(stop_seen_fleet_wide),
+		cmocka_unit_test(stop_keeps_maybe_delivered),
 		cmocka_unit_test(unreachable_redis_paces_locally),
 	};
 
