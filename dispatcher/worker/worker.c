@@ -717,7 +717,8 @@ int worker_run(const struct worker_options *o)
 	char msg[512];
 	struct gate_startup_options so = { .redis_url = o->redis_url,
 					   .connect_timeout_ms = o->redis_connect_timeout_ms,
-					   .database_url = o->database_url };
+					   .database_url = o->database_url,
+					   .pg_connect_timeout_ms = o->pg_connect_timeout_ms };
 	int rc;
 
 	signal(SIGPIPE, SIG_IGN);
