@@ -399,13 +399,15 @@ struct gate_startup_options {
 	const char *redis_url;	     /* checked with the Redis layer's own handshake */
 	uint64_t connect_timeout_ms; /* deadline for the Redis check */
 	const char *database_url;    /* NULL skips the schema check */
+	uint64_t
+		pg_connect_timeout_ms; /* deadline for the database connection (0: the Redis one) */
 };
 
 /* Refuses to start, with a message in msg (NUL-terminated, truncated to size) naming the fix,
  * when Redis evicts keys (maxmemory-policy other than noeviction: DSP_ECONFIG, the Redis
  * layer's message), when the database schema is not current (migrations pending: DSP_ESCHEMA,
  * "run dispatcher migrate"), when Redis does not answer within the deadline (-ETIMEDOUT) or the
- * database cannot be reached (DSP_EPG). Returns 0 when everything is in order. */
+ * database cannot be reached within its deadline (DSP_EPG). Returns 0 when everything is in order. */
 int gate_startup_check(const struct gate_startup_options *o, char *msg, size_t size);
 
 #endif

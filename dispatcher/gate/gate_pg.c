@@ -34,7 +34,8 @@ const struct stmt_def gate_pg_stmts[] = {
 	 * before. Per call: 'w' written, 'e' stale epoch, 'f' fenced, 'l' lease lost, 'x' a row
 	 * with this id existed. The contact is locked (FOR UPDATE, its lease re-checked on the
 	 * newest row version by READ COMMITTED) before the call row is inserted, and set dialing
-	 * only when it was. */
+	 * only when it was. A contact whose campaign is not active or whose batch is paused or
+	 * stopped (since it was claimed) is 'l' too: the caller hands it back (held, cancelled). */
 	{ ST_WRITE, WRITE_NPARAMS,
 	  "WITH i AS (SELECT * FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[],"
 	  " $7::bigint[], $8::bigint[], $9::int[], $10::text[], $11::text[]) WITH ORDINALITY"
@@ -44,7 +45,9 @@ const struct stmt_def gate_pg_stmts[] = {
 	  " AND gate_mode = $2::text) AS ok),"
 	  " f AS (SELECT call_id FROM gate_fences WHERE call_id IN (SELECT id FROM i)),"
 	  " l AS (SELECT i.id FROM i JOIN contacts c ON c.id = i.contact_id"
+	  " JOIN batches b ON b.id = c.batch_id JOIN campaigns cp ON cp.id = c.campaign_id"
 	  " WHERE c.state = 'claimed' AND c.lease_token = i.lease_token AND (SELECT ok FROM e)"
+	  " AND cp.status = 'active' AND b.status NOT IN ('paused', 'stopped')"
 	  " AND i.id NOT IN (SELECT call_id FROM f) FOR UPDATE OF c),"
 	  " w AS (INSERT INTO calls (id, org_id, campaign_id, agent_id, contact_id, attempt,"
 	  " to_number, from_number, state, gate_mode, gate_epoch)"

@@ -5,6 +5,7 @@
 #include "error.h"
 #include "log.h"
 #include "migrate.h"
+#include "pg_conn.h"
 
 #include <libpq-fe.h>
 #include <stdio.h>
@@ -89,17 +90,22 @@ static int check_redis(const struct gate_startup_options *o, char *msg, size_t s
 	return rc;
 }
 
-static int check_schema(const char *url, char *msg, size_t size)
+static int check_schema(const char *url, uint64_t timeout_ms, char *msg, size_t size)
 {
 	struct migrate_report r;
-	PGconn *conn = PQconnectdb(url);
+	PGconn *conn;
+	char why[256];
 	int rc;
 
-	if (PQstatus(conn) != CONNECTION_OK) {
-		snprintf(msg, size, "cannot connect to DATABASE_URL: %s", PQerrorMessage(conn));
-		PQfinish(conn);
+	/* Bounded: a server that accepts and never answers would otherwise hold `run` for ever. */
+	if (pg_connect_blocking(url, timeout_ms, &conn, why, sizeof(why)) < 0) {
+		snprintf(msg, size,
+			 "cannot connect to DATABASE_URL: %s "
+			 "(DISPATCHER_PG_CONNECT_TIMEOUT_MS=%llu)",
+			 why, (unsigned long long)timeout_ms);
 		return DSP_EPG;
 	}
+	pg_route_notices(conn);
 	rc = migrate_status(conn, &r);
 	PQfinish(conn);
 	if (rc) {
@@ -127,7 +133,10 @@ int gate_startup_check(const struct gate_startup_options *o, char *msg, size_t s
 		return -EINVAL;
 	msg[0] = '\0';
 	if (o->database_url) {
-		rc = check_schema(o->database_url, msg, size);
+		rc = check_schema(o->database_url,
+				  o->pg_connect_timeout_ms ? o->pg_connect_timeout_ms
+							   : o->connect_timeout_ms,
+				  msg, size);
 		if (rc)
 			goto fail;
 	}

@@ -36,10 +36,11 @@
 	" WHERE c.id = s.id AND c.state = 'pending'"                                               \
 	" RETURNING c.id, c.campaign_id, c.phone, c.attempts, c.lease_token"
 
-/* $1 contact ids, $2 lease tokens (arrays). Back undialled, nothing charged; held when the batch
- * or the campaign is paused now. */
+/* $1 contact ids, $2 lease tokens (arrays). Back undialled, nothing charged; cancelled when the
+ * batch or the campaign is stopped now, held when either is paused (as the sweep does). */
 #define SQL_HAND_BACK                                                                              \
-	"UPDATE contacts c SET state = CASE WHEN b.status = 'paused' OR cp.status = 'paused'"      \
+	"UPDATE contacts c SET state = CASE WHEN b.status = 'stopped' OR cp.status = 'stopped'"    \
+	" THEN 'cancelled'::contact_state WHEN b.status = 'paused' OR cp.status = 'paused'"        \
 	" THEN 'held'::contact_state ELSE 'pending'::contact_state END,"                           \
 	" lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = now()"          \
 	" FROM unnest($1::bigint[], $2::bigint[]) AS h(id, tok), batches b, campaigns cp"          \

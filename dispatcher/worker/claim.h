@@ -11,7 +11,9 @@
  *     paused batch are 'held', never pending, so never claimed;
  *   - the hand-back: claimed contacts of this claim (id and token must match) go back undialled,
  *     nothing charged (attempts and tries unchanged, next_attempt_at unchanged), lease cleared:
- *     to 'held' when their batch or campaign is paused now, else to 'pending' (C9).
+ *     to 'cancelled' when their batch or campaign is stopped now, 'held' when paused, else to
+ *     'pending' (C9). The call-row write refuses a contact whose campaign or batch left
+ *     active since its claim (gate_pg.h: lease lost), so such contacts come back here.
  *
  * Async contract (STYLE rule 4): if a function that takes a callback returns an error the
  * callback is never called; otherwise it is called exactly once, with status 0 and the rows, or

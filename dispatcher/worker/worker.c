@@ -1,6 +1,7 @@
 /* The worker process: wiring, readiness, drain (worker.h). */
 #include "worker.h"
 
+#include "backoff.h"
 #include "call_end.h"
 #include "claim.h"
 #include "error.h"
@@ -10,6 +11,7 @@
 #include "gate_mode.h"
 #include "gate_recon.h"
 #include "handoff.h"
+#include "list.h"
 #include "log.h"
 #include "pg_pool.h"
 #include "reconciler.h"
@@ -63,6 +65,7 @@ struct worker {
 	void *events_data;
 	worker_dial_hook dial_hook;
 	void *dial_hook_data;
+	struct list_node end_retries; /* dial_end_ctx waiting to re-submit a failed end */
 };
 
 /* ---- events forwarded to the gate mode controller and the hand-off ---- */
@@ -162,25 +165,124 @@ int worker_dial_end(const struct dial_result *r, struct call_end_req *out, char 
 	return -EINVAL;
 }
 
+uint64_t worker_dial_end_retry(int status, bool draining, unsigned attempt, uint64_t min_ms,
+			       uint64_t max_ms)
+{
+	if (status >= 0 || status == -ECANCELED || draining)
+		return 0;
+	uint64_t d = backoff_doubled(min_ms ? min_ms : 1, attempt, max_ms ? max_ms : 1);
+	return d ? d : 1;
+}
+
+/* One refused dial's end, owned here until call_end answers it or its retry is given up. The
+ * submission is idempotent (state <> 'ended'), so a failed batch is re-sent with backoff. */
 struct dial_end_ctx {
-	char call[40], org[65];
+	struct worker *w;
+	struct list_node node; /* in w->end_retries while its timer runs */
+	uv_timer_t timer;      /* initialised at the first retry */
+	bool timer_init;
+	unsigned attempt;
+	char call[40], org[65], outcome[16], reason[CALL_END_REASON_MAX + 1];
+	enum call_end_disposition disposition;
+	uint64_t delay_ms;
 };
+
+static void dial_end_freed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void dial_end_free(struct dial_end_ctx *c)
+{
+	if (list_linked(&c->node))
+		list_del(&c->node);
+	if (c->timer_init)
+		uv_close((uv_handle_t *)&c->timer, dial_end_freed);
+	else
+		free(c);
+}
+
+static void dial_end_gave_up(struct dial_end_ctx *c, int status)
+{
+	LOG_AT(LOG_ERROR, LOG_DIAL, (&(const struct log_ids){ .org = c->org, .call = c->call }),
+	       "the end of a refused dial failed (%s) after %u attempts: the maximum-duration "
+	       "sweep ends it",
+	       dsp_strerror(status), c->attempt + 1);
+	dial_end_free(c);
+}
+
+static void dial_ended(struct call_end *ce, int status, const struct call_end_result *r,
+		       void *data);
+
+static int dial_end_submit(struct dial_end_ctx *c)
+{
+	struct call_end_req q = { .call = c->call,
+				  .outcome = c->outcome,
+				  .reason = c->reason,
+				  .disposition = c->disposition,
+				  .delay_ms = c->delay_ms };
+
+	if (!c->w->ends)
+		return -ECANCELED;
+	return call_end_submit(c->w->ends, &q, dial_ended, c);
+}
+
+static void dial_end_retry_cb(uv_timer_t *t)
+{
+	struct dial_end_ctx *c = t->data;
+	int rc;
+
+	list_del(&c->node);
+	c->attempt++;
+	if ((rc = dial_end_submit(c)))
+		dial_end_gave_up(c, rc);
+}
 
 static void dial_ended(struct call_end *ce, int status, const struct call_end_result *r, void *data)
 {
 	struct dial_end_ctx *c = data;
+	struct worker *w = c->w;
 
 	(void)ce;
-	if (status)
-		LOG_AT(LOG_ERROR, LOG_DIAL,
+	if (status) {
+		uint64_t delay =
+			worker_dial_end_retry(status, w->draining, c->attempt,
+					      w->o.reconnect_min_ms, w->o.reconnect_max_ms);
+		if (!delay) {
+			dial_end_gave_up(c, status);
+			return;
+		}
+		LOG_AT(LOG_WARN, LOG_DIAL,
 		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
-		       "the end of a refused dial failed (%s): the maximum-duration sweep ends it",
-		       dsp_strerror(status));
-	else if (r->outcome != CALL_END_ENDED)
+		       "the end of a refused dial failed (%s): retrying in %llu ms",
+		       dsp_strerror(status), (unsigned long long)delay);
+		if (!c->timer_init) {
+			uv_timer_init(w->loop, &c->timer);
+			c->timer.data = c;
+			c->timer_init = true;
+		}
+		list_add_tail(&w->end_retries, &c->node);
+		uv_timer_start(&c->timer, dial_end_retry_cb, delay, 0);
+		return;
+	}
+	if (r->outcome != CALL_END_ENDED)
 		LOG_AT(LOG_DEBUG, LOG_DIAL,
 		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
 		       "refused dial: call %s", call_end_outcome_name(r->outcome));
-	free(c);
+	dial_end_free(c);
+}
+
+/* The drain gives up the ends still waiting to be re-sent (the sweep ends those calls). */
+static void dial_end_retries_cancel(struct worker *w)
+{
+	struct list_node *pos, *tmp;
+
+	list_for_each_safe (pos, tmp, &w->end_retries) {
+		struct dial_end_ctx *c = list_entry(pos, struct dial_end_ctx, node);
+
+		uv_timer_stop(&c->timer);
+		dial_end_gave_up(c, -ECANCELED);
+	}
 }
 
 static void dial_end_default(struct worker *w, const struct dial_result *r, void *data)
@@ -193,10 +295,16 @@ static void dial_end_default(struct worker *w, const struct dial_result *r, void
 	(void)data;
 	if (worker_dial_end(r, &q, reason, sizeof(reason)))
 		return;
-	if ((c = malloc(sizeof(*c)))) {
+	if ((c = calloc(1, sizeof(*c)))) {
+		c->w = w;
+		list_init(&c->node);
 		snprintf(c->call, sizeof(c->call), "%s", r->call->call);
 		snprintf(c->org, sizeof(c->org), "%s", r->call->org);
-		if ((rc = call_end_submit(w->ends, &q, dial_ended, c)))
+		snprintf(c->outcome, sizeof(c->outcome), "%s", q.outcome);
+		snprintf(c->reason, sizeof(c->reason), "%s", q.reason ? q.reason : "");
+		c->disposition = q.disposition;
+		c->delay_ms = q.delay_ms;
+		if ((rc = dial_end_submit(c)))
 			free(c);
 	}
 	if (rc)
@@ -416,6 +524,7 @@ void worker_drain(struct worker *w)
 		return;
 	w->draining = true;
 	log_info(LOG_MAIN, "drain: stop claiming, handing waiting contacts back");
+	dial_end_retries_cancel(w);
 	uv_timer_start(&w->drain_timer, drain_timeout, w->o.drain_ms, 0);
 	w->exit_code = 0;
 	close_sweep(w); /* no new sweep passes; a running one finishes */
@@ -592,6 +701,7 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 	if (!(w = calloc(1, sizeof(*w))))
 		return -ENOMEM;
 	w->loop = loop;
+	list_init(&w->end_retries);
 	w->o = *o;
 	w->exit_code = 1;
 	w->dial_hook = dial_end_default;
@@ -717,7 +827,8 @@ int worker_run(const struct worker_options *o)
 	char msg[512];
 	struct gate_startup_options so = { .redis_url = o->redis_url,
 					   .connect_timeout_ms = o->redis_connect_timeout_ms,
-					   .database_url = o->database_url };
+					   .database_url = o->database_url,
+					   .pg_connect_timeout_ms = o->pg_connect_timeout_ms };
 	int rc;
 
 	signal(SIGPIPE, SIG_IGN);

@@ -33,6 +33,7 @@
 #include "dial.h"
 #include "http_server.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -96,6 +97,14 @@ struct call_end *worker_call_end(struct worker *w);
 struct call_end_req;
 int worker_dial_end(const struct dial_result *r, struct call_end_req *out, char *reason,
 		    size_t size);
+
+/* The retry of a refused dial's end whose call_end submission failed with status: the delay in
+ * milliseconds before re-sending it (attempt: re-sends made so far; backoff_doubled from min_ms
+ * up to max_ms, DISPATCHER_RECONNECT_MIN_MS/MAX_MS), or 0 to give up — status 0, -ECANCELED
+ * (call_end closing) or the worker draining (the maximum-duration sweep ends the call). The
+ * re-send is safe: ending a call is idempotent. Pure: for tests. */
+uint64_t worker_dial_end_retry(int status, bool draining, unsigned attempt, uint64_t min_ms,
+			       uint64_t max_ms);
 
 /* Starts the drain (as SIGTERM does). */
 void worker_drain(struct worker *w);

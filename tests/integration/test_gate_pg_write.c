@@ -285,6 +285,42 @@ static void lease_race_write_first(void **state)
 	gp_close(&e);
 }
 
+/* A campaign paused (or a batch stopped) between the claim and the write: no call row, the
+ * contact left claimed for the hand-back (it used to be dialled anyway). */
+static void paused_after_claim(void **state)
+{
+	struct gp e;
+	struct gp_write w = { 0 };
+	char id[2][37];
+	long long k0 = gp_contact(admin, "wr", 0, 70), k1 = gp_contact(admin, "wr", 0, 71);
+	long long epoch = gp_epoch(admin);
+
+	gp_open(&e, &svc, 1, "paused");
+	struct gate_pg_call c0 = gp_call(gp_uuid(id[0], 700), "wr", C0, A0, k0);
+	struct gate_pg_call c1 = gp_call(gp_uuid(id[1], 701), "wr", C0, A0, k1);
+	gp_sql(admin, "UPDATE campaigns SET status = 'paused' WHERE id = 'wr_c0'");
+	assert_int_equal(gate_pg_write(e.g, GATE_MODE_REDIS, epoch, 60000, &c0, 1, gp_write_cb, &w),
+			 0);
+	fixture_run_until_count(&e.loop, &w.calls, 1, 60000);
+	gp_sql(admin, "UPDATE campaigns SET status = 'active' WHERE id = 'wr_c0'");
+	assert_int_equal(w.out[0], GATE_PG_LEASE_LOST);
+	gp_sql(admin, "UPDATE batches SET status = 'stopped' WHERE id = 'wr_b0'");
+	assert_int_equal(gate_pg_write(e.g, GATE_MODE_REDIS, epoch, 60000, &c1, 1, gp_write_cb, &w),
+			 0);
+	fixture_run_until_count(&e.loop, &w.calls, 2, 60000);
+	gp_sql(admin, "UPDATE batches SET status = 'active' WHERE id = 'wr_b0'");
+	assert_int_equal(w.out[0], GATE_PG_LEASE_LOST);
+	assert_int_equal(
+		gp_int(admin, "SELECT count(*) FROM calls WHERE id IN ('%s', '%s')", id[0], id[1]),
+		0);
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM contacts WHERE id IN (%lld, %lld)"
+				" AND state = 'claimed'",
+				k0, k1),
+			 2);
+	gp_close(&e);
+}
+
 static bool pool_timed_out(struct pg_pool *pool)
 {
 	struct pg_conn_stats st;
@@ -611,6 +647,7 @@ int main(void)
 		cmocka_unit_test(epoch_race),
 		cmocka_unit_test(lease_race_sweeper_first),
 		cmocka_unit_test(lease_race_write_first),
+		cmocka_unit_test(paused_after_claim),
 		cmocka_unit_test(deadline_cancels_on_server),
 		cmocka_unit_test(reconciler_meets_held_write),
 		cmocka_unit_test(fence_against_write),

@@ -1,6 +1,7 @@
 /* worker_dial_end(): the dial results the dialer does not settle, mapped onto call_end's
  * dispositions (SPEC D2; dispatcher/worker/worker.h). */
 #include "call_end.h"
+#include "error.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -87,6 +88,22 @@ static void placed_and_unknown_are_not_ended(void **state)
 	map(DIAL_UNKNOWN, RETRY_REASON_TIMEOUT, 0, 0, "", &q, reason, -EINVAL);
 }
 
+/* A refused dial's end whose submission failed is re-sent with doubling delays (it used to be
+ * given up at once, the line held until the maximum-duration sweep); not while draining, not
+ * when call_end is closing. */
+static void failed_end_is_retried_with_backoff(void **state)
+{
+	(void)state;
+	assert_int_equal(worker_dial_end_retry(DSP_EPG, false, 0, 100, 1000), 100);
+	assert_int_equal(worker_dial_end_retry(-ETIMEDOUT, false, 1, 100, 1000), 200);
+	assert_int_equal(worker_dial_end_retry(-ECONNRESET, false, 3, 100, 1000), 800);
+	assert_int_equal(worker_dial_end_retry(-ENOTCONN, false, 40, 100, 1000), 1000);
+	assert_int_equal(worker_dial_end_retry(-EAGAIN, false, 0, 0, 0), 1); /* never 0 */
+	assert_int_equal(worker_dial_end_retry(0, false, 0, 100, 1000), 0);
+	assert_int_equal(worker_dial_end_retry(-ECANCELED, false, 0, 100, 1000), 0);
+	assert_int_equal(worker_dial_end_retry(DSP_EPG, true, 0, 100, 1000), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -94,6 +111,7 @@ int main(void)
 		cmocka_unit_test(rejected_fails_with_reason),
 		cmocka_unit_test(stopped_and_drained_wait_uncharged),
 		cmocka_unit_test(placed_and_unknown_are_not_ended),
+		cmocka_unit_test(failed_end_is_retried_with_backoff),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
