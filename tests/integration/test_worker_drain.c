@@ -1,9 +1,7 @@
-/* `dispatcher run`'s SIGTERM drain and lane stop (issue 9, review defects 2, 9, 11): a private
+/* `dispatcher run`'s SIGTERM drain and lane stop (issue 9, review defects 2, 11): a private
  * PostgreSQL and Redis per test, the provider stub in a child process, one worker process.
  * - drain_answers_a_late_refusal: an admission in flight when the drain starts and answered
  *   refused afterwards (Redis paused under it) is withdrawn: the drain finishes, exit 0.
- * - drain_releases_before_redis_closes: calls queued on a paced lane end DRAINED; their gate
- *   releases are answered before Redis is closed (no slot left counted for an ended call).
  * - stopped_lane_claims_nothing: while the org's lane is stopped (401), nothing is claimed. */
 #include "error.h"
 #include "fixture.h"
@@ -121,6 +119,34 @@ static void drain_answers_a_late_refusal(void **state)
 	wproc_stub_stop(&stub);
 }
 
+static void stopped_lane_claims_nothing(void **state)
+{
+	(void)state;
+	setenv("DISPATCHER_RECONCILE_SECONDS", "1", 1);
+	setenv("DISPATCHER_LANE_PROBE_SECONDS", "60", 1);
+	setenv("PROVIDER_TOKEN", "wrong", 1);
+	pid_t w = start(false, "right"); /* every POST answered 401: the lane stops */
+	long long deadline = fixture_now_ms() + WAIT_MS;
+	while (sql_int("SELECT count(*) FROM dial_attempts") < 1 && fixture_now_ms() < deadline)
+		fixture_sleep_ms(50);
+	assert_true(sql_int("SELECT count(*) FROM dial_attempts") >= 1);
+	fixture_sleep_ms(2500); /* past the slot wait: what was claimed went back */
+	long long a = sql_int("SELECT last_value FROM contacts_lease_token_seq");
+	fixture_sleep_ms(3000);
+	long long b = sql_int("SELECT last_value FROM contacts_lease_token_seq");
+	long long claimed = sql_int("SELECT count(*) FROM contacts WHERE state = 'claimed'");
+	print_message("lane stopped: %lld leases taken in 3 s, %lld claimed\n", b - a, claimed);
+	kill(w, SIGTERM);
+	int code = fixture_wait(w);
+	worker_pid = 0;
+	unsetenv("PROVIDER_TOKEN");
+	unsetenv("DISPATCHER_LANE_PROBE_SECONDS");
+	assert_int_equal(code, 0);
+	assert_int_equal(b, a);
+	assert_int_equal(claimed, 0);
+	wproc_stub_stop(&stub);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -147,6 +173,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(drain_answers_a_late_refusal, setup, teardown),
+		cmocka_unit_test_setup_teardown(stopped_lane_claims_nothing, setup, teardown),
 	};
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	return cmocka_run_group_tests(tests, NULL, NULL);
