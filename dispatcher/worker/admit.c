@@ -91,6 +91,14 @@ static void after_answer(struct sorg *o)
 	struct select *s = o->s;
 
 	if (s->draining) {
+		/* An admission answered after the drain started (refused: now waiting, or idle)
+		 * is withdrawn here: nothing else frees it once the tick and wakes are stopped. */
+		struct list_node *p, *t;
+		list_for_each_safe (p, t, &o->admits) {
+			struct sadmit *a = list_entry(p, struct sadmit, node);
+			if (a->st != SA_INFLIGHT)
+				admit_free(a, true);
+		}
 		admit_drained_org(o);
 		sel_maybe_drained(s);
 	} else {

@@ -89,6 +89,7 @@ struct call_end {
 	uv_timer_t timer;
 	struct list_node queue; /* struct req, submitted, not sent */
 	unsigned inflight;	/* batches sent, not answered */
+	unsigned releasing;	/* gate releases sent, not answered (the close waits) */
 	bool closing, timer_closed;
 	void (*closed_cb)(void *data);
 	void *closed_data;
@@ -193,7 +194,7 @@ int call_end_submit(struct call_end *ce, const struct call_end_req *req, call_en
 
 static void maybe_free(struct call_end *ce)
 {
-	if (!ce->closing || ce->inflight || !ce->timer_closed)
+	if (!ce->closing || ce->inflight || ce->releasing || !ce->timer_closed)
 		return;
 	if (ce->closed_cb)
 		ce->closed_cb(ce->closed_data);
@@ -210,6 +211,7 @@ static void answer(struct call_end *ce, struct req *r, int status,
 }
 
 struct release_ctx {
+	struct call_end *ce;
 	char call[UUID_SZ], org[ORG_SZ];
 };
 
@@ -236,7 +238,10 @@ static void release_cb(struct gate *g, int status, const struct gate_release_res
 		LOG_AT(LOG_WARN, LOG_DIAL,
 		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
 		       "slot release of an ended call found a count at 0");
+	struct call_end *ce = c->ce;
 	free(c);
+	ce->releasing--;
+	maybe_free(ce);
 }
 
 /* Sends the Redis release of an ended call. Returns whether it was sent. */
@@ -248,9 +253,13 @@ static bool release(struct call_end *ce, const char *call, const char *org)
 	if (c) {
 		snprintf(c->call, sizeof(c->call), "%s", call);
 		snprintf(c->org, sizeof(c->org), "%s", org);
+		c->ce = ce;
+		ce->releasing++;
 		rc = gate_release(ce->gate, org, call, release_cb, c);
-		if (rc)
+		if (rc) {
+			ce->releasing--;
 			free(c);
+		}
 	}
 	if (rc) {
 		LOG_AT(LOG_WARN, LOG_DIAL, (&(const struct log_ids){ .org = org, .call = call }),

@@ -123,8 +123,9 @@ int call_end_submit(struct call_end *ce, const struct call_end_req *req, call_en
 		    void *data);
 
 /* Answers every queued request -ECANCELED from inside this call, lets the batches in flight
- * finish (close the pool after this to cancel them), then frees ce and calls closed_cb (may be
- * NULL) from the loop. ce must not be used after. */
+ * finish (close the pool after this to cancel them) and the gate releases they sent be answered
+ * (close Redis after closed_cb, not before), then frees ce and calls closed_cb (may be NULL)
+ * from the loop. ce must not be used after. */
 void call_end_close(struct call_end *ce, void (*closed_cb)(void *data), void *data);
 
 /* Counters since call_end_new(). */

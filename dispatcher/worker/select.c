@@ -258,10 +258,10 @@ void sel_pump(struct sorg *o)
 {
 	struct select *s = o->s;
 
-	if (s->draining || s->closing)
-		return;
+	if (s->draining || s->closing || dial_lane_stopped(s->o.dial, o->id))
+		return; /* a stopped lane admits nothing: claiming would only hand back */
 	claim_org(o);
-	if (o->retry_at > now_ms(s) || dial_lane_stopped(s->o.dial, o->id))
+	if (o->retry_at > now_ms(s))
 		return;
 	/* Admissions not in flight and not waiting go out; new ones while tokens and free
 	 * contacts last. */

@@ -379,7 +379,8 @@ static void sub_closed(void *data)
 	w->handoff = NULL;
 }
 
-/* The last stage: call_end (its batches in flight commit), then the pool and Redis. */
+/* The last stage: call_end (its batches in flight commit and their gate releases are answered),
+ * then the pool and Redis. */
 static void ends_closed(void *data)
 {
 	struct worker *w = data;
