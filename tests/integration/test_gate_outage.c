@@ -98,6 +98,9 @@ static struct shm *sh;
 /* The workers' Redis command deadline (set before the fork): past it a gate operation answers
  * -ETIMEDOUT and the worker switches the fleet. */
 static uint64_t worker_command_timeout_ms = 30000;
+/* A call is held 1..worker_hold_ms ms (set before the fork). Short, the limits bind when the
+ * test freezes the lanes; long enough, they bind throughout (the running way back). */
+static uint32_t worker_hold_ms = 8;
 static long long contact_base[2][N_CAMP];
 
 static int64_t mono_ns(void)
@@ -289,7 +292,7 @@ static void admitted(struct lane *l)
 {
 	write_rec(l, REC_ADMIT, 0, mono_ns());
 	atomic_fetch_add(&sh->admitted[l->mode], 1);
-	uv_timer_start(&l->timer, release_send, 1 + rnd(l->w, 8), 0);
+	uv_timer_start(&l->timer, release_send, 1 + rnd(l->w, worker_hold_ms), 0);
 }
 
 static void write_cb(struct gate_pg *g, const enum gate_pg_outcome *out, uint32_t n, void *data)
@@ -929,7 +932,7 @@ static long long assert_records_equal_rows(struct env *e, const char *org)
 struct event {
 	int64_t t;
 	int delta;
-	uint8_t org, campaign, agent;
+	uint8_t org, campaign, agent, mode;
 };
 
 static int cmp_event(const void *a, const void *b)
@@ -978,6 +981,7 @@ static size_t replay(const struct rec *r, size_t n)
 	size_t n_ev = 0, calls = 0;
 	int sys = 0, org[2] = { 0 }, camp[2][N_CAMP] = { { 0 } }, agent[2][N_CAMP] = { { 0 } };
 	int max_sys = 0, max_org[2] = { 0 }, max_agent = 0, max_c0 = 0;
+	int max_sys_mode[2] = { 0 }; /* the system's count when a call of that mode began */
 
 	assert_non_null(t1);
 	assert_non_null(ends);
@@ -1003,8 +1007,10 @@ static size_t replay(const struct rec *r, size_t n)
 		if (x->ended == 2) {
 			assert_true(x->t >= a->t);
 			assert_int_equal(x->campaign, a->campaign);
-			ev[n_ev++] = (struct event){ a->t, +1, a->org, a->campaign, a->agent };
-			ev[n_ev++] = (struct event){ x->t, -1, a->org, a->campaign, a->agent };
+			ev[n_ev++] =
+				(struct event){ a->t, +1, a->org, a->campaign, a->agent, a->mode };
+			ev[n_ev++] =
+				(struct event){ x->t, -1, a->org, a->campaign, a->agent, a->mode };
 			ends[k] |= 1;
 		} else {
 			assert_int_equal(x->ended, 1); /* its row was live and now ended */
@@ -1029,6 +1035,8 @@ static size_t replay(const struct rec *r, size_t n)
 		if (orgs[e->org].per_agent && orgs[e->org].per_agent < orgs[e->org].org_limit)
 			assert_true(agent[e->org][e->agent] <= orgs[e->org].per_agent);
 		max_sys = sys > max_sys ? sys : max_sys;
+		if (e->delta > 0 && sys > max_sys_mode[e->mode & 1])
+			max_sys_mode[e->mode & 1] = sys;
 		max_org[e->org] = org[e->org] > max_org[e->org] ? org[e->org] : max_org[e->org];
 		if (e->org == 0) {
 			max_agent = agent[0][e->agent] > max_agent ? agent[0][e->agent] : max_agent;
@@ -1036,9 +1044,10 @@ static size_t replay(const struct rec *r, size_t n)
 		}
 	}
 	assert_int_equal(sys, 0);
-	print_message("replayed %zu calls: max system %d/%d, oa %d/%d, ob %d/%d, agent %d/%d,"
-		      " oa_c0 %d/%d\n",
-		      calls, max_sys, SYS_LIMIT, max_org[0], orgs[0].org_limit, max_org[1],
+	print_message("replayed %zu calls: max system %d/%d (at a redis-mode admission %d,"
+		      " postgres-mode %d), oa %d/%d, ob %d/%d, agent %d/%d, oa_c0 %d/%d\n",
+		      calls, max_sys, SYS_LIMIT, max_sys_mode[GATE_MODE_REDIS],
+		      max_sys_mode[GATE_MODE_POSTGRES], max_org[0], orgs[0].org_limit, max_org[1],
 		      orgs[1].org_limit, max_agent, orgs[0].per_agent, max_c0, orgs[0].ceiling[0]);
 	/* The load made the limits bind, or the replay proves little. */
 	assert_true(max_sys >= SYS_LIMIT - 1);
@@ -1183,6 +1192,7 @@ static void outage(enum fault fault)
 
 	reset();
 	worker_command_timeout_ms = running ? 3000 : 30000;
+	worker_hold_ms = running ? 40 : 8;
 	/* Start from a rebuild: postgres mode, empty Redis, the reconciler's way back. */
 	env_open(&e);
 	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
@@ -1257,8 +1267,7 @@ static void outage(enum fault fault)
 	}
 
 	/* Phase 3: redis mode again. */
-	/* Running: longer, so the limits bind after the way back too (its phase 2 is short). */
-	a3 = wait_admitted(&e, GATE_MODE_REDIS, a1 + (running ? 3 : 1) * PHASE_N) - a1;
+	a3 = wait_admitted(&e, GATE_MODE_REDIS, a1 + PHASE_N) - a1;
 	if (running)
 		check_frozen_records(&e);
 	atomic_store(&sh->stop, 1);
