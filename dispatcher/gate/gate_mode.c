@@ -32,10 +32,12 @@ struct gate_mode_ctl {
 	bool conn_up;
 	bool up_waiting;
 	uint64_t up_wait_since; /* uv_now() when the wait began */
-	/* system_settings.gate_generation as read at committed_epoch (0: not read at s.epoch): the
-	 * only {sys}:gen adopted in redis mode at that epoch. */
+	/* system_settings.gate_generation and gate_redis_run_id as read at committed_epoch (0: not
+	 * read at s.epoch): the only {sys}:gen adopted in redis mode at that epoch, and the only
+	 * server it is adopted from. */
 	uint64_t committed_epoch;
 	char committed[GATE_PG_GEN_MAX + 1];
+	char committed_run_id[GATE_PG_RUN_ID_MAX + 1];
 };
 
 static void evaluate(struct gate_mode_ctl *c);
@@ -115,6 +117,8 @@ static void learn_generation(struct gate_mode_ctl *c, const struct gate_pg_mode 
 	c->committed_epoch = m->epoch;
 	memcpy(c->committed, m->generation, sizeof(c->committed));
 	c->committed[GATE_PG_GEN_MAX] = '\0';
+	memcpy(c->committed_run_id, m->run_id, sizeof(c->committed_run_id));
+	c->committed_run_id[GATE_PG_RUN_ID_MAX] = '\0';
 }
 
 static void retry_cb(uv_timer_t *t)
@@ -202,6 +206,7 @@ static void gen_cb(int status, const char *gen, size_t len, void *data)
 	struct gate_mode_ctl *c = data;
 	struct gate_mode_state old = c->s;
 	char want[32], buf[GATE_GEN_MAX + 1];
+	const char *run_id;
 	int n;
 
 	c->gen_reading = false;
@@ -236,6 +241,22 @@ static void gen_cb(int status, const char *gen, size_t len, void *data)
 		     c->committed[0] ? c->committed : "none recorded");
 		c->want_switch = true;
 		c->stats.triggers++;
+		evaluate(c);
+		return;
+	}
+	run_id = gate_server_run_id(c->o.gate); /* the server that answered */
+	if (strcmp(run_id, c->committed_run_id) != 0) {
+		/* The committed generation, on another server than the one the way back rebuilt:
+		 * a restart that reloaded a snapshot, or a replica promoted during the epoch. It
+		 * may have lost the newest slot records, so it is not adopted. */
+		MLOG(LOG_WARN,
+		     "server run_id %.8s is not the one the rebuild of epoch %" PRIu64
+		     " was built on (%.8s): state may be lost",
+		     run_id[0] ? run_id : "(none)", c->s.epoch,
+		     c->committed_run_id[0] ? c->committed_run_id : "(none)");
+		c->want_switch = true;
+		c->stats.triggers++;
+		c->stats.foreign_servers++;
 		evaluate(c);
 		return;
 	}
@@ -352,10 +373,12 @@ static void trigger(struct gate_mode_ctl *c, uint64_t epoch, const char *why)
  * failover that may have lost slot records: every worker connected meanwhile saw its connection
  * go down and asked for the switch), or this worker's connection was down across the epochs and
  * comes back to the server the reconciler rebuilt for this one (the way back wrote {sys}:gen on
- * it and committed that generation with the epoch). Not usable until it is settled like a
- * GATE_ELOST: the mode and its committed generation read again from PostgreSQL (a switch
- * committed meanwhile is seen), then {sys}:gen from this server; exactly the committed one is
- * adopted, anything else (missing, another, a stale reconciler's) switches (gen_cb). */
+ * it and committed that generation and the server's run_id with the epoch). Not usable until it
+ * is settled like a GATE_ELOST: the mode, its committed generation and run_id read again from
+ * PostgreSQL (a switch committed meanwhile is seen), then {sys}:gen from this server; exactly
+ * the committed generation on exactly the committed server is adopted, anything else (missing,
+ * another, a stale reconciler's, the committed generation on a restarted or promoted server)
+ * switches (gen_cb). */
 static void new_server(struct gate_mode_ctl *c)
 {
 	struct gate_mode_state old = c->s;

@@ -7,12 +7,16 @@
  *   - the Redis connection goes down (gate_mode_redis_event(), REDIS_CONN_DOWN): a worker
  *     connected during the redis epoch sees every restart or failover of its server;
  *   - it comes up on a new server (new_server: a restart or a failover may have lost slot
- *     records, README.md "Generation") whose {sys}:gen is not exactly the generation committed
- *     for the current epoch (missing, another, a stale reconciler's). The controller is not
- *     usable meanwhile: it re-reads the mode with its committed generation, then {sys}:gen, and
- *     adopts a server holding exactly the committed one without a switch — the server the way
- *     back rebuilt while this worker's connection was still down (it was down across the
- *     switch and the rebuild: without this the fleet would switch back at every restart);
+ *     records, README.md "Generation") that is not exactly the one the rebuild of the current
+ *     epoch committed: its {sys}:gen is not the committed generation (missing, another, a
+ *     stale reconciler's), or its run_id is not the committed run_id (system_settings.
+ *     gate_redis_run_id, migration 0012: a restart that reloaded a snapshot, or a replica
+ *     promoted during the epoch, keeps the generation but may have lost the newest slot
+ *     records). The controller is not usable meanwhile: it re-reads the mode with its
+ *     committed generation and run_id, then {sys}:gen, and adopts without a switch only the
+ *     server the way back rebuilt while this worker's connection was still down (it was down
+ *     across the switch and the rebuild: without this the fleet would switch back at every
+ *     restart);
  *   - the generation cannot be read while the connection is up, or its connection is not up
  *     after up_wait_ms in a redis epoch (a worker still in its reconnect backoff when the way
  *     back commits waits for its up instead of switching the fleet back);
@@ -25,9 +29,11 @@
  * It follows the mode: the NOTIFYs of the mode channel (gate_mode_notify()), and a re-read on
  * every PostgreSQL up (gate_mode_pg_up()) and after a failed switch (retry_ms). In redis mode it
  * is usable only once the gate's generation is the one committed for that epoch: entering redis
- * mode it reads the committed generation with the mode from PostgreSQL (a NOTIFY carries none,
- * so it re-reads), then dsp:v1:{sys}:gen, and gives it to the gate (gate_set_generation()) only
- * when the two are equal; otherwise it switches.
+ * mode it reads the committed generation and run_id with the mode from PostgreSQL (a NOTIFY
+ * carries neither, so it re-reads), then dsp:v1:{sys}:gen, and gives it to the gate
+ * (gate_set_generation()) only when the two generations are equal and the server that answered
+ * has the committed run_id (gate_server_run_id(); "" = NULL: a server that reports none);
+ * otherwise it switches.
  *
  * The owner wires the events (one connection has one event callback and one pool one state
  * callback, so the owner forwards them). Everything is borrowed; the pool's LISTEN on
@@ -72,10 +78,11 @@ struct gate_mode_options {
 };
 
 struct gate_mode_stats {
-	uint64_t switches; /* switches this controller made (epoch + 1) */
-	uint64_t triggers; /* failures that asked for a switch */
-	uint64_t adopted;  /* generations adopted without a switch */
-	uint64_t reads;	   /* mode reads completed */
+	uint64_t switches;	  /* switches this controller made (epoch + 1) */
+	uint64_t triggers;	  /* failures that asked for a switch */
+	uint64_t adopted;	  /* generations adopted without a switch */
+	uint64_t foreign_servers; /* the committed generation refused on another server (run_id) */
+	uint64_t reads;		  /* mode reads completed */
 };
 
 /* Creates the controller (nothing is sent until gate_mode_start()). *out is owned by the caller

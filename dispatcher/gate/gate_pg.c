@@ -71,7 +71,8 @@ const struct stmt_def gate_pg_stmts[] = {
 	  " f AS (INSERT INTO gate_fences (call_id, org_id) SELECT id, org_id FROM i"
 	  " WHERE id NOT IN (SELECT id FROM x) ON CONFLICT (call_id) DO NOTHING)"
 	  " SELECT i.id IN (SELECT id FROM x) FROM i ORDER BY i.n" },
-	{ ST_MODE_READ, 0, "SELECT gate_mode, gate_epoch, gate_generation FROM system_settings" },
+	{ ST_MODE_READ, 0,
+	  "SELECT gate_mode, gate_epoch, gate_generation, gate_redis_run_id FROM system_settings" },
 	/* Compare-and-set: moves the epoch only from the one the caller saw, and only to another
 	 * mode; under the exclusive epoch lock, so several callers move it once. */
 	{ ST_SWITCH, 2,
@@ -81,18 +82,20 @@ const struct stmt_def gate_pg_stmts[] = {
 	  " RETURNING gate_mode, gate_epoch)"
 	  " SELECT gate_mode, gate_epoch, pg_notify('" GATE_PG_CHANNEL_MODE "',"
 	  " gate_mode || ' ' || gate_epoch) FROM u" },
-	/* The way back's commit: mode redis, epoch + 1 and the generation the rebuild wrote; from
-	 * postgres mode, or from a redis epoch with no generation recorded (the initial build). */
-	{ ST_SWITCH_REDIS, 2,
+	/* The way back's commit: mode redis, epoch + 1, the generation the rebuild wrote and the
+	 * run_id of the server it wrote it on ($3, '' for none); from postgres mode, or from a
+	 * redis epoch with no generation recorded (the initial build). */
+	{ ST_SWITCH_REDIS, 3,
 	  "WITH u AS (UPDATE system_settings SET gate_mode = 'redis',"
-	  " gate_epoch = gate_epoch + 1, gate_generation = $2::text, updated_at = now()"
+	  " gate_epoch = gate_epoch + 1, gate_generation = $2::text,"
+	  " gate_redis_run_id = nullif($3::text, ''), updated_at = now()"
 	  " WHERE gate_epoch = $1::bigint AND (gate_mode <> 'redis' OR gate_generation IS NULL)"
-	  " RETURNING gate_mode, gate_epoch, gate_generation)"
-	  " SELECT gate_mode, gate_epoch, gate_generation, pg_notify('" GATE_PG_CHANNEL_MODE "',"
-	  " gate_mode || ' ' || gate_epoch) FROM u" },
+	  " RETURNING gate_mode, gate_epoch, gate_generation, gate_redis_run_id)"
+	  " SELECT gate_mode, gate_epoch, gate_generation, gate_redis_run_id,"
+	  " pg_notify('" GATE_PG_CHANNEL_MODE "', gate_mode || ' ' || gate_epoch) FROM u" },
 	{ ST_SYSTEM_LOCK, 0,
-	  "SELECT gate_mode, gate_epoch, global_limit, gate_generation FROM system_settings"
-	  " FOR UPDATE" },
+	  "SELECT gate_mode, gate_epoch, global_limit, gate_generation, gate_redis_run_id"
+	  " FROM system_settings FOR UPDATE" },
 	{ ST_LEASE, 2,
 	  "SELECT count(*) FROM leases WHERE name = 'reconciler' AND owner = $1::text"
 	  " AND version = $2::bigint AND lease_until > clock_timestamp()" },
@@ -423,7 +426,7 @@ int gate_pg_parse_mode(const char *payload, struct gate_pg_mode *out)
 	else
 		return -EINVAL;
 	out->epoch = epoch;
-	out->generation[0] = '\0'; /* not in the payload: gate_pg_read_mode() */
+	out->generation[0] = out->run_id[0] = '\0'; /* not in the payload: gate_pg_read_mode() */
 	return 0;
 }
 

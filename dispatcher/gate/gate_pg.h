@@ -54,7 +54,8 @@ enum gate_mode {
 	GATE_MODE_POSTGRES = 1, /* admissions by gate_pgmode_admit() (Redis unreachable or lost) */
 };
 
-#define GATE_PG_GEN_MAX 64 /* bytes of a generation (GATE_GEN_MAX) */
+#define GATE_PG_GEN_MAX	   64 /* bytes of a generation (GATE_GEN_MAX) */
+#define GATE_PG_RUN_ID_MAX 64 /* bytes of a Redis run_id (INFO server: 40) */
 
 struct gate_pg_mode {
 	enum gate_mode mode;
@@ -64,6 +65,10 @@ struct gate_pg_mode {
 	 * results; "" when NULL or not carried (the NOTIFY payload, gate_pg_parse_mode()). Only
 	 * meaningful in redis mode: a postgres epoch keeps the previous redis epoch's value. */
 	char generation[GATE_PG_GEN_MAX + 1];
+	/* system_settings.gate_redis_run_id (migration 0012): the run_id of the Redis server that
+	 * rebuild was built on; filled and "" as generation is. A redis epoch is served only by
+	 * that server (gate_mode.h). */
+	char run_id[GATE_PG_RUN_ID_MAX + 1];
 };
 
 /* What a call row says about one dial, besides its call id and organisation. Borrowed. */
@@ -258,16 +263,18 @@ int gate_pg_rebuild_begin(struct gate_pg *g, uint64_t seen_epoch, const char *le
 			  uint64_t lease_version, uint64_t timeout_ms, gate_pg_rebuild_cb cb,
 			  void *data);
 
-/* Ends the switch back: with commit true, sets mode redis with epoch + 1 and
+/* Ends the switch back: with commit true, sets mode redis with epoch + 1,
  * system_settings.gate_generation = generation (the G the caller rebuilt Redis under, 1..
- * GATE_PG_GEN_MAX bytes; workers adopt only that {sys}:gen, gate_mode.h) in one statement
- * (NOTIFY on the mode channel) and commits; with commit false (the Redis rebuild failed), rolls back. cb (may be
+ * GATE_PG_GEN_MAX bytes; workers adopt only that {sys}:gen, gate_mode.h) and
+ * gate_redis_run_id = run_id (the run_id of the server it rebuilt, at most GATE_PG_RUN_ID_MAX
+ * bytes; NULL or "" records NULL: a server that reports none; workers adopt only that server)
+ * in one statement (NOTIFY on the mode channel) and commits; with commit false (the Redis rebuild failed), rolls back. cb (may be
  * NULL) gets the result: switched true once committed. rb is given up by this call whatever it
  * returns. Returns 0 (cb will be called), -EBUSY (already finished), -EINVAL (commit without a
- * valid generation: rolled back, no callback) or the transaction's loss status (nothing
+ * valid generation or a run_id too long: rolled back, no callback) or the transaction's loss status (nothing
  * committed, no callback). */
 int gate_pg_rebuild_finish(struct gate_pg_rebuild *rb, bool commit, const char *generation,
-			   gate_pg_switch_cb cb, void *data);
+			   const char *run_id, gate_pg_switch_cb cb, void *data);
 
 /* --- The reconciler's reads in redis mode (core/reconcile.h, steps 1 and 3) --- */
 

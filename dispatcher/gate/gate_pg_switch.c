@@ -9,21 +9,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Copies the text column name of row into out (max bytes, "" when NULL or absent). */
+static int text_col(const PGresult *res, int row, const char *name, char *out, size_t max)
+{
+	int col = PQfnumber(res, name);
+
+	out[0] = '\0';
+	if (col < 0 || PQgetisnull(res, row, col))
+		return 0;
+	if ((size_t)PQgetlength(res, row, col) > max)
+		return -EPROTO;
+	memcpy(out, PQgetvalue(res, row, col), (size_t)PQgetlength(res, row, col));
+	out[PQgetlength(res, row, col)] = '\0';
+	return 0;
+}
+
 static int mode_parse(const PGresult *res, int row, struct gate_pg_mode *out)
 {
-	int gen;
-
 	if (!res || PQntuples(res) <= row || PQnfields(res) < 2)
 		return -EPROTO;
-	out->generation[0] = '\0';
-	gen = PQfnumber(res, "gate_generation");
-	if (gen >= 0 && !PQgetisnull(res, row, gen)) {
-		if (PQgetlength(res, row, gen) > GATE_PG_GEN_MAX)
-			return -EPROTO;
-		memcpy(out->generation, PQgetvalue(res, row, gen),
-		       (size_t)PQgetlength(res, row, gen));
-		out->generation[PQgetlength(res, row, gen)] = '\0';
-	}
+	if (text_col(res, row, "gate_generation", out->generation, GATE_PG_GEN_MAX) ||
+	    text_col(res, row, "gate_redis_run_id", out->run_id, GATE_PG_RUN_ID_MAX))
+		return -EPROTO;
 	out->mode = strcmp(PQgetvalue(res, row, 0), "postgres") == 0 ? GATE_MODE_POSTGRES
 								     : GATE_MODE_REDIS;
 	out->epoch = strtoull(PQgetvalue(res, row, 1), NULL, 10);
@@ -377,7 +384,7 @@ static void rb_switch_cb(int status, const struct pg_results *r, void *data)
 }
 
 int gate_pg_rebuild_finish(struct gate_pg_rebuild *rb, bool commit, const char *generation,
-			   gate_pg_switch_cb cb, void *data)
+			   const char *run_id, gate_pg_switch_cb cb, void *data)
 {
 	char seen[24];
 	int rc = 0;
@@ -385,7 +392,10 @@ int gate_pg_rebuild_finish(struct gate_pg_rebuild *rb, bool commit, const char *
 	if (!rb || rb->ended)
 		return -EBUSY;
 	rb->ended = true;
-	if (commit && (!generation || !*generation || strlen(generation) > GATE_PG_GEN_MAX)) {
+	if (!run_id)
+		run_id = "";
+	if (commit && (!generation || !*generation || strlen(generation) > GATE_PG_GEN_MAX ||
+		       strlen(run_id) > GATE_PG_RUN_ID_MAX)) {
 		/* Nothing to record: the fleet could not adopt the rebuild. */
 		pg_txn_rollback(rb->txn, NULL, NULL);
 		rb_free_if_done(rb);
@@ -395,8 +405,8 @@ int gate_pg_rebuild_finish(struct gate_pg_rebuild *rb, bool commit, const char *
 	rb->fdata = data;
 	rb->res.now = rb->mode;
 	gate_pg_ms(seen, rb->seen_epoch);
-	const char *sv[] = { seen, generation };
-	struct pg_query q = { .stmt = rb->g->st[ST_SWITCH_REDIS], .nparams = 2, .values = sv };
+	const char *sv[] = { seen, generation, run_id };
+	struct pg_query q = { .stmt = rb->g->st[ST_SWITCH_REDIS], .nparams = 3, .values = sv };
 	if (commit) {
 		rc = pg_txn_exec(rb->txn, &q, rb_switch_cb, rb);
 		if (rc == 0)

@@ -268,3 +268,8 @@ int gate_read_generation(struct gate *g, gate_gen_cb cb, void *data)
 		free(req);
 	return rc;
 }
+
+const char *gate_server_run_id(const struct gate *g)
+{
+	return g ? redis_conn_run_id(g->conn) : "";
+}

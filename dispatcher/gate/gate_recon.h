@@ -59,6 +59,12 @@ int gate_slot_add(struct gate *g, const struct redis_scripts *reg, const char *o
  * connection's refusal. */
 int gate_read_generation(struct gate *g, gate_gen_cb cb, void *data);
 
+/* The run_id of the server of the gate's connection's last up (redis_conn_run_id(); "" before
+ * the first up or when the server reports none). A reply received with status 0 came from that
+ * server: a connection answers on one server until it goes down, and its next up sets it. The
+ * string is the connection's, valid until its next up. */
+const char *gate_server_run_id(const struct gate *g);
+
 /* Parses one slot record value "<campaign>|<agent>|<taken_ms>" of call into *out (campaign and
  * agent copied into the buffers, GATE_GEN_MAX + 1 bytes each; "*" and "" become NULL). Returns 0
  * or -EINVAL. */

@@ -73,7 +73,8 @@ struct reconciler {
 	struct gate_pg_mode mode;
 	PGresult *res[ST_N]; /* copies of the reads of the way back */
 	struct gate_pg_rebuild *rb;
-	char gen[RECONCILE_GEN_MAX + 1]; /* the way back's G, recorded by its commit */
+	char gen[RECONCILE_GEN_MAX + 1];     /* the way back's G, recorded by its commit */
+	char run_id[GATE_PG_RUN_ID_MAX + 1]; /* the server it is built on, recorded too */
 	const struct gate_pg_live_call *calls;
 	uint32_t n_calls;
 	struct live *lives;
@@ -355,7 +356,17 @@ static void rebuild_finish(struct reconciler *r, bool commit)
 	int rc;
 
 	r->rb = NULL;
-	rc = gate_pg_rebuild_finish(rb, commit, r->gen, commit ? finish_cb : NULL, r);
+	if (commit && strcmp(redis_conn_run_id(r->o.conn), r->run_id) != 0) {
+		/* Its connection came up on another server meanwhile: some steps may have gone
+		 * to one server and some to the other. Not a state to record. */
+		RLOG(LOG_WARN, NULL,
+		     "Redis server changed during the rebuild (run_id %.8s, now %.8s)", r->run_id,
+		     redis_conn_run_id(r->o.conn));
+		r->stats.server_changed++;
+		r->failed = -ESTALE;
+		commit = false;
+	}
+	rc = gate_pg_rebuild_finish(rb, commit, r->gen, r->run_id, commit ? finish_cb : NULL, r);
 	if (!commit) {
 		r->stats.rebuild_failures++;
 		RLOG(LOG_WARN, NULL, "way back rolled back (%s): postgres mode stays",
@@ -525,7 +536,6 @@ static void time_cb(struct redis_conn *conn, int status, redisReply *reply, void
 	uint64_t nonce = 0;
 	int rc;
 
-	(void)conn;
 	if (!status && (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
 			reply->element[0]->type != REDIS_REPLY_STRING))
 		status = DSP_EREDIS;
@@ -534,6 +544,8 @@ static void time_cb(struct redis_conn *conn, int status, redisReply *reply, void
 		rebuild_finish(r, false);
 		return;
 	}
+	/* The server that answered TIME: the one rebuilt, whose run_id the commit records. */
+	snprintf(r->run_id, sizeof(r->run_id), "%s", redis_conn_run_id(conn));
 	r->redis_now = strtoull(reply->element[0]->str, NULL, 10) * 1000 +
 		       strtoull(reply->element[1]->str, NULL, 10) / 1000;
 	for (uint32_t i = 0; i < r->n_calls; i++)
@@ -570,7 +582,7 @@ static void begin_cb(struct gate_pg_rebuild *rb, int status, const struct gate_p
 	r->rb = rb;
 	r->calls = calls;
 	r->n_calls = n;
-	r->gen[0] = '\0';
+	r->gen[0] = r->run_id[0] = '\0';
 	r->failed = 0;
 	r->pending = 0;
 	r->lives = calloc(n ? n : 1, sizeof(*r->lives));
@@ -1120,6 +1132,17 @@ static void pass_gen_cb(int status, const char *gen, size_t len, void *data)
 		RLOG(LOG_WARN, NULL,
 		     "{sys}:gen %s is not the generation committed for epoch %" PRIu64 " (%s)", buf,
 		     r->mode.epoch, r->mode.generation[0] ? r->mode.generation : "none recorded");
+		state_lost(r, NULL);
+		return;
+	}
+	/* And only on the server it was built on: the same generation on a restarted server (a
+	 * snapshot reloaded) or a promoted replica may lack the newest slot records. */
+	if (strcmp(redis_conn_run_id(r->o.conn), r->mode.run_id) != 0) {
+		r->stats.foreign_server++;
+		RLOG(LOG_WARN, NULL,
+		     "Redis server %.8s is not the one epoch %" PRIu64 " was built on (%.8s)",
+		     redis_conn_run_id(r->o.conn), r->mode.epoch,
+		     r->mode.run_id[0] ? r->mode.run_id : "none recorded");
 		state_lost(r, NULL);
 		return;
 	}

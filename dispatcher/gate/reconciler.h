@@ -14,11 +14,14 @@
  *    gate_system_init() under G, then per organisation gate_org_rebuild() from its live calls,
  *    gate_install_limits() and gate_install_floors() (the last floors, when unexpired), all
  *    pipelined on one connection, and commits with gate_pg_rebuild_finish() (mode redis,
- *    epoch + 1). Any failure rolls back: the fleet stays in postgres mode and the next run
- *    tries again.
+ *    epoch + 1, G and the run_id of the server rebuilt: the connection's run_id when TIME
+ *    answered, which must still be its run_id when the last step answered, or the rebuild
+ *    rolls back, stats.server_changed). Any failure rolls back: the fleet stays in postgres
+ *    mode and the next run tries again.
  *  - redis mode: first {sys}:gen, which must be exactly the generation committed for the
- *    current epoch (system_settings.gate_generation, read with the mode): otherwise nothing is
- *    built or corrected and the fleet switches to postgres mode (GATE_ELOST, stats.foreign_gen
+ *    current epoch (system_settings.gate_generation, read with the mode), on the server whose
+ *    run_id was committed with it (gate_redis_run_id): otherwise nothing is built or corrected
+ *    and the fleet switches to postgres mode (GATE_ELOST, stats.foreign_gen or foreign_server,
  *    and lost). Then per organisation, the three reads of core/reconcile.h (live calls, slot
  *    records with Redis time, the rows of every id seen), reconcile_plan(), and its actions:
  *    RELEASE → gate_release(); FENCE → gate_pg_fence() and gate_release() of those fenced;
@@ -91,6 +94,10 @@ struct reconciler_stats {
 	uint64_t created;	   /* orgs never built in Redis (no state, no live call) built */
 	uint64_t foreign_gen;	   /* passes stopped: {sys}:gen not the one committed for the epoch
 			       * (counted in lost too: the fleet switched) */
+	uint64_t foreign_server;   /* passes stopped: the server's run_id not the one committed
+				  * for the epoch (counted in lost too) */
+	uint64_t server_changed;   /* ways back rolled back: the connection's server changed
+				  * during the rebuild */
 };
 
 /* status 0: the run completed (whatever it found); otherwise why it stopped. */

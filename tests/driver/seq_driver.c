@@ -47,6 +47,16 @@ static int model_install_floors(struct seq_backend *b, const struct seq_org *org
 	return rc;
 }
 
+static int model_install_floors_delta(struct seq_backend *b, const struct seq_org *org,
+				      uint64_t base_version, uint64_t version,
+				      const uint32_t *floors, const bool *changed, uint64_t ttl_ms)
+{
+	(void)changed; /* no delta in the model: the full install the delta stands for */
+	if (model_of(b)->g.floors_version != base_version)
+		return -ESTALE;
+	return model_install_floors(b, org, version, floors, ttl_ms);
+}
+
 static void model_install_limits(struct seq_backend *b, const struct seq_org *org, uint64_t version)
 {
 	struct seq_model *m = model_of(b);
@@ -168,6 +178,7 @@ struct seq_backend *seq_model_backend(struct seq_model *m)
 		.setup = model_setup,
 		.set_clock = model_set_clock,
 		.install_floors = model_install_floors,
+		.install_floors_delta = model_install_floors_delta,
 		.install_limits = model_install_limits,
 		.admit = model_admit,
 		.release = model_release,
@@ -232,6 +243,36 @@ int seq_install_floors(struct seq_run *r, uint64_t version, const uint32_t *floo
 	if (rc == 0) {
 		r->floors_version = version;
 		r->floors_expire = r->now + ttl_ms;
+		memcpy(r->floors, floors, sizeof(uint32_t) * r->org.n);
+	}
+	return rc;
+}
+
+int seq_install_floors_delta(struct seq_run *r, uint64_t base_version, uint64_t version,
+			     const uint32_t *floors, const bool *changed, uint64_t ttl_ms)
+{
+	int rc = 0;
+
+	r->event++;
+	for (uint32_t i = 0; i < r->org.n; i++)
+		if (!changed[i] && floors[i] != r->floors[i])
+			runf(r, "delta v%llu: campaign %u not sent but changed",
+			     (unsigned long long)version, i);
+	for (uint32_t i = 0; i < r->nb; i++) {
+		int got = r->b[i]->install_floors_delta(r->b[i], &r->org, base_version, version,
+							floors, changed, ttl_ms);
+		if (i && got != rc)
+			runf(r, "delta v%llu on v%llu: %s %d, %s %d", (unsigned long long)version,
+			     (unsigned long long)base_version, r->b[0]->name, rc, r->b[i]->name,
+			     got);
+		rc = got;
+	}
+	r->seen_delta += rc == 0;
+	r->seen_delta_stale += rc == -ESTALE;
+	if (rc == 0) {
+		r->floors_version = version;
+		r->floors_expire = r->now + ttl_ms;
+		memcpy(r->floors, floors, sizeof(uint32_t) * r->org.n);
 	}
 	return rc;
 }
@@ -421,6 +462,7 @@ void seq_print_coverage(const struct seq_run *r)
 						      ? "unknown"
 						      : fairshare_reason_name(k),
 					      (unsigned long long)r->seen[l][k]);
-	print_message("; fcfs %llu; stale installs %llu\n", (unsigned long long)r->seen_fcfs,
-		      (unsigned long long)r->seen_stale);
+	print_message("; fcfs %llu; stale installs %llu; deltas %llu, stale deltas %llu\n",
+		      (unsigned long long)r->seen_fcfs, (unsigned long long)r->seen_stale,
+		      (unsigned long long)r->seen_delta, (unsigned long long)r->seen_delta_stale);
 }

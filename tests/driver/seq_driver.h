@@ -76,6 +76,14 @@ struct seq_backend {
 	/* Returns 0, or -ESTALE when version is not newer (nothing changes). */
 	int (*install_floors)(struct seq_backend *b, const struct seq_org *org, uint64_t version,
 			      const uint32_t *floors, uint64_t ttl_ms);
+	/* A delta install (gate_install_floors_delta()): only the campaigns with changed[i] are
+	 * sent; floors[0..org->n) is the whole result, the other entries equal to the installed
+	 * floors. Returns 0 when the installed floors version is exactly base_version (version >
+	 * base_version), else -ESTALE (nothing changes). The model has no delta: it checks the
+	 * base and installs floors in full — the install the delta stands for. */
+	int (*install_floors_delta)(struct seq_backend *b, const struct seq_org *org,
+				    uint64_t base_version, uint64_t version, const uint32_t *floors,
+				    const bool *changed, uint64_t ttl_ms);
 	/* Installs org's current limits and ceilings under version (always newer). */
 	void (*install_limits)(struct seq_backend *b, const struct seq_org *org, uint64_t version);
 	/* Decides call over cands[0..n) (batch), or a direct dial (n 0; agent, wait). */
@@ -122,6 +130,7 @@ struct seq_run {
 	struct seq_backend *b[SEQ_MAX_B];
 	uint32_t nb;
 	uint64_t now, limits_version, floors_version, floors_expire;
+	uint32_t floors[SEQ_MAX_C]; /* the floors installed at floors_version */
 	unsigned next_call;
 	struct seq_held held[SEQ_MAX_CALLS];
 	uint32_t n_held;
@@ -130,6 +139,7 @@ struct seq_run {
 	char released[SEQ_CALL_LEN]; /* the last call released (for a duplicate release) */
 	uint64_t seen[FAIRSHARE_LEVEL_COUNT][8]; /* decisions seen, by level and reason */
 	uint64_t seen_fcfs, seen_stale;		 /* fcfs decisions, refused installs */
+	uint64_t seen_delta, seen_delta_stale;	 /* delta installs applied, refused */
 };
 
 /* Prints what r's decisions covered (levels, reasons, fcfs, stale installs). */
@@ -143,6 +153,11 @@ void seq_start(struct seq_run *r, const struct seq_org *org, struct seq_backend 
 void seq_set_clock(struct seq_run *r, uint64_t now_ms);
 int seq_install_floors(struct seq_run *r, uint64_t version, const uint32_t *floors,
 		       uint64_t ttl_ms);
+/* A delta install against base_version: floors is the whole result, changed[i] the campaigns
+ * sent (see install_floors_delta above); the unchanged entries must be r->floors'. Returns 0
+ * or -ESTALE, the same on every backend. */
+int seq_install_floors_delta(struct seq_run *r, uint64_t base_version, uint64_t version,
+			     const uint32_t *floors, const bool *changed, uint64_t ttl_ms);
 void seq_install_limits(struct seq_run *r); /* r->org's limits, under the next version */
 /* Returns the index in r->held of the call admitted, or -1. */
 int seq_admit(struct seq_run *r, const uint32_t *cands, uint32_t n, uint32_t agent, bool wait,

@@ -1,5 +1,6 @@
 /* Random sequences on a seq_run (seq_random() in seq_driver.h): the event mix of issue 8 item 8
- * over one fixed org, with a fixed seed, compared after every event. */
+ * over one fixed org, with a fixed seed, compared after every event. Floors are installed in
+ * full (new and old versions) and by delta (on the installed version, and on a stale one). */
 #include "seq_driver.h"
 
 #include <setjmp.h>
@@ -94,14 +95,48 @@ static void install(struct rnd *x, struct seq_run *r, bool old)
 	uint64_t v;
 	int rc;
 
-	if (old && x->floors_version == 0)
+	if (old && r->floors_version == 0)
 		return;
-	v = old ? 1 + below(x, (uint32_t)x->floors_version) : ++x->floors_version;
+	/* old: not newer than the installed version (x's may be ahead: refused deltas). */
+	v = old ? 1 + below(x, (uint32_t)r->floors_version) : ++x->floors_version;
 	new_floors(x, r, floors);
 	rc = seq_install_floors(r, v, floors, 1000 + below(x, 9000));
 	if ((rc == 0) == old)
 		fail_msg("%s, event %ld: install v%llu answered %d", r->label, r->event,
 			 (unsigned long long)v, rc);
+}
+
+/* A delta install, as the refresher sends between full installs: one to three campaigns get a
+ * new floor within what the org's limit leaves (a paused one 0), the others keep theirs. On
+ * the installed version (matching base: applied) or on an older one (a stale base: nothing
+ * changes, the refresher would install in full). */
+static void install_delta(struct rnd *x, struct seq_run *r, bool stale)
+{
+	uint32_t floors[SEQ_MAX_C], sum = 0, slack;
+	bool changed[SEQ_MAX_C] = { false };
+	uint64_t base = r->floors_version;
+	int rc;
+
+	if (base == 0 || (stale && base == 1))
+		return;
+	if (stale)
+		base = 1 + below(x, (uint32_t)(base - 1));
+	memcpy(floors, r->floors, sizeof(floors));
+	for (uint32_t i = 0; i < N_CAMPAIGNS; i++)
+		sum += floors[i];
+	for (uint32_t k = 1 + below(x, 3); k > 0; k--) {
+		uint32_t c = below(x, N_CAMPAIGNS);
+		slack = r->org.org_limit > sum ? r->org.org_limit - sum : 0;
+		sum -= floors[c];
+		floors[c] = x->paused[c] ? 0 : below(x, floors[c] + slack + 1);
+		sum += floors[c];
+		changed[c] = true;
+	}
+	rc = seq_install_floors_delta(r, base, ++x->floors_version, floors, changed,
+				      1000 + below(x, 9000));
+	if ((rc == 0) == stale)
+		fail_msg("%s, event %ld: delta v%llu on v%llu answered %d", r->label, r->event,
+			 (unsigned long long)x->floors_version, (unsigned long long)base, rc);
 }
 
 static void one_event(struct rnd *x, struct seq_run *r)
@@ -122,10 +157,14 @@ static void one_event(struct rnd *x, struct seq_run *r)
 	} else if (e < 64) {
 		snprintf(call, sizeof(call), "unknown%u", r->next_call++);
 		assert_false(seq_release(r, call));
-	} else if (e < 72) {
+	} else if (e < 68) {
 		install(x, r, false); /* a demand change: new floors */
-	} else if (e < 75) {
+	} else if (e < 72) {
+		install_delta(x, r, false);
+	} else if (e < 74) {
 		install(x, r, true);
+	} else if (e < 75) {
+		install_delta(x, r, true);
 	} else if (e < 80) {
 		seq_wait(r, true);
 	} else if (e < 84) {

@@ -107,6 +107,23 @@ static int script_install_floors(struct seq_backend *b, const struct seq_org *or
 	return res.applied ? 0 : -ESTALE;
 }
 
+static int script_install_floors_delta(struct seq_backend *b, const struct seq_org *org,
+				       uint64_t base_version, uint64_t version,
+				       const uint32_t *floors, const bool *changed, uint64_t ttl_ms)
+{
+	struct seq_script *s = script_of(b);
+	struct gate_install_result res;
+	char spec[2048] = "";
+
+	for (uint32_t i = 0; i < org->n; i++)
+		if (changed[i])
+			append(spec, sizeof(spec), "%s%s:%u", spec[0] ? " " : "", gate_id(org, i),
+			       floors[i]);
+	assert_int_equal(
+		genv_floors_delta(s->env, s->org, base_version, version, ttl_ms, spec, &res), 0);
+	return res.applied ? 0 : -ESTALE;
+}
+
 static void script_admit(struct seq_backend *b, const struct seq_org *org, const char *call,
 			 const uint32_t *cands, uint32_t n, uint32_t agent, bool wait,
 			 struct seq_decisions *out)
@@ -190,6 +207,7 @@ struct seq_backend *seq_script_backend(struct seq_script *s, struct gate_env *en
 		.setup = script_setup,
 		.set_clock = script_set_clock,
 		.install_floors = script_install_floors,
+		.install_floors_delta = script_install_floors_delta,
 		.install_limits = script_install_limits,
 		.admit = script_admit,
 		.release = script_release,

@@ -3,7 +3,10 @@
  * the generation committed) is on a new server (new run_id) holding exactly the committed
  * generation: it adopts it and the epoch does not move (it used to switch the fleet back to
  * postgres mode at every restart). A worker that comes back to a new server whose generation is
- * missing still switches. The worker's handshake is held by a hook of the test's (the
+ * missing still switches, and so does one that comes back to a server holding the committed
+ * generation that is not the server the way back rebuilt (its run_id differs from the one
+ * recorded with the generation: restarted with a snapshot, or a promoted replica). The
+ * worker's handshake is held by a hook of the test's (the
  * connection's own on-connect hook mechanism) until the way back has committed, so the order is
  * certain, not timed. Real Redis and PostgreSQL; single process. */
 #include <setjmp.h>
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "fixture.h"
@@ -366,6 +370,98 @@ static void reconnect_to_other_generation(void **state)
 	env_close(&e);
 }
 
+struct server_want {
+	struct redis_conn *conn;
+	const char *not_run_id;
+};
+
+static bool up_on_other_server(void *arg)
+{
+	struct server_want *w = arg;
+	return redis_conn_is_up(w->conn) && strcmp(redis_conn_run_id(w->conn), w->not_run_id) != 0;
+}
+
+/* Restarts Redis with its data kept (SAVE, then a restart on the same directory: the same keys
+ * and {sys}:gen, a new run_id), after checking that the way back recorded the server it
+ * rebuilt. The reconciler's connection is up on the new server when it returns. */
+static void restart_keeping_data(struct env *e)
+{
+	char gen[80], gen_after[80], run_id[48], rdb[256];
+	PGresult *res;
+
+	snprintf(run_id, sizeof(run_id), "%s", redis_conn_run_id(e->ge.conn));
+	assert_true(run_id[0] != '\0');
+	res = fixture_sql(admin, "SELECT gate_redis_run_id FROM system_settings");
+	assert_string_equal(PQgetvalue(res, 0, 0), run_id);
+	PQclear(res);
+	genv_cmd(&e->ge, gen, sizeof(gen), "GET", GATE_SYS_GEN_KEY, NULL);
+	genv_cmd(&e->ge, NULL, 0, "SAVE", NULL);
+	assert_int_equal(embedded_redis_stop(&svc), 0);
+	assert_int_equal(embedded_redis_start(&svc), 0);
+	snprintf(rdb, sizeof(rdb), "%s/dump.rdb", svc.dir);
+	assert_int_equal(unlink(rdb), 0); /* later restarts start empty again */
+	struct server_want sw = { e->ge.conn, run_id };
+	fixture_run_until(&e->ge.loop, up_on_other_server, &sw, 60000);
+	genv_cmd(&e->ge, gen_after, sizeof(gen_after), "GET", GATE_SYS_GEN_KEY, NULL);
+	assert_string_equal(gen_after, gen); /* the data kept: the committed generation */
+}
+
+/* The worker's connection comes back after the way back to a server holding the committed
+ * generation that is not the server the way back rebuilt: that one was restarted with its data
+ * kept (SAVE, then a restart on the same directory: the same keys and {sys}:gen, a new run_id)
+ * while the worker's handshake was held, as a replica promoted during the epoch would be. Such
+ * a server may have lost the newest slot records: it is not adopted (it was, before the way
+ * back recorded its server's run_id), the fleet switches. */
+static void reconnect_to_restarted_server(void **state)
+{
+	struct env e;
+	struct gate_mode_stats before, after;
+	long long epoch;
+
+	(void)state;
+	env_open(&e);
+	redis_mode(&e);
+
+	gate_mode_get_stats(e.ctl, &before);
+	epoch = outage_and_way_back(&e);
+	restart_keeping_data(&e);
+
+	int news = e.new_servers;
+	release_hold(&e);
+	fixture_run_until_count(&e.ge.loop, &e.new_servers, news + 1, 60000);
+	struct mode_want w = { &e, GATE_MODE_POSTGRES, epoch + 1 };
+	fixture_run_until(&e.ge.loop, mode_is, &w, 60000);
+	gate_mode_get_stats(e.ctl, &after);
+	assert_int_equal(gp_epoch(admin), epoch + 1);
+	assert_int_equal(after.switches, before.switches + 2); /* the outage's and this one */
+	assert_int_equal(after.adopted, before.adopted);
+	assert_int_equal(after.foreign_servers, before.foreign_servers + 1);
+	env_close(&e);
+}
+
+/* The reconciler's periodic pass on that restarted server (the worker's handshake still held):
+ * it builds and corrects nothing there, the fleet switches. */
+static void pass_on_restarted_server(void **state)
+{
+	struct env e;
+	struct reconciler_stats st;
+	long long epoch;
+
+	(void)state;
+	env_open(&e);
+	redis_mode(&e);
+	epoch = outage_and_way_back(&e);
+	restart_keeping_data(&e);
+	assert_int_equal(rec_run(&e), GATE_ELOST);
+	reconciler_get_stats(e.rec, &st);
+	assert_int_equal(st.foreign_server, 1);
+	assert_int_equal(st.foreign_gen, 0);
+	assert_int_equal(st.lost, 1);
+	assert_int_equal(st.passes, 0);
+	assert_int_equal(gp_epoch(admin), epoch + 1); /* switched */
+	env_close(&e);
+}
+
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0" };
@@ -390,6 +486,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(reconnect_after_way_back),
 		cmocka_unit_test(reconnect_to_other_generation),
+		cmocka_unit_test(reconnect_to_restarted_server),
+		cmocka_unit_test(pass_on_restarted_server),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

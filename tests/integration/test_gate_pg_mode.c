@@ -202,8 +202,9 @@ static void switch_back(void **state)
 		gate_pg_write(e.g, GATE_MODE_POSTGRES, epoch, 60000, &more, 1, gp_write_cb, &held),
 		0);
 	gp_wait_for(e.lp, admin, "advisory", 1);
-	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, "e2.test", gp_switch_cb, &done), 0);
-	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, "e2.test", gp_switch_cb, &done),
+	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, "e2.test", NULL, gp_switch_cb, &done),
+			 0);
+	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, "e2.test", NULL, gp_switch_cb, &done),
 			 -EBUSY);
 	fixture_run_until_count(e.lp, &done.calls, 1, 60000);
 	assert_int_equal(done.status, 0);
@@ -236,7 +237,7 @@ static void switch_back(void **state)
 	rebuild_begin_sync(&e, epoch, "rec-1", 3, &p);
 	assert_int_equal(p.status, 0);
 	/* The Redis rebuild failed: roll back, the fleet stays in postgres mode. */
-	assert_int_equal(gate_pg_rebuild_finish(p.rb, false, NULL, gp_switch_cb, &rolled), 0);
+	assert_int_equal(gate_pg_rebuild_finish(p.rb, false, NULL, NULL, gp_switch_cb, &rolled), 0);
 	fixture_run_until_count(e.lp, &rolled.calls, 1, 60000);
 	assert_int_equal(rolled.status, 0);
 	assert_false(rolled.r.switched);
@@ -248,7 +249,8 @@ static void switch_back(void **state)
 	rebuild_begin_sync(&e, epoch, "rec-1", 3, &p);
 	assert_int_equal(p.status, 0);
 	memset(&done, 0, sizeof(done));
-	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, "e2.test", gp_switch_cb, &done), 0);
+	assert_int_equal(gate_pg_rebuild_finish(p.rb, true, "e2.test", NULL, gp_switch_cb, &done),
+			 0);
 	fixture_run_until_count(e.lp, &done.calls, 1, 60000);
 	assert_true(done.r.switched);
 	gp_sql(admin, "UPDATE calls SET state = 'ended', ended_at = now() WHERE org_id = 'md'");

@@ -721,6 +721,23 @@ static bool redis_usable(void *arg)
 	return s.mode == GATE_MODE_REDIS && s.usable && !s.switching;
 }
 
+struct rebuilds_want {
+	struct env *e;
+	uint64_t n;
+};
+
+/* The reconciler has counted n ways back. Its commit's answer and the mode's NOTIFY come on
+ * different connections: a controller may be usable before the reconciler has heard its own
+ * commit. */
+static bool rebuilds_reached(void *arg)
+{
+	struct rebuilds_want *w = arg;
+	struct reconciler_stats st;
+
+	reconciler_get_stats(w->e->rec, &st);
+	return st.rebuilds >= w->n;
+}
+
 /* The initial build: a redis epoch with no generation recorded is built by the way back's
  * transaction directly (no switch to postgres mode first): epoch + 1, the generation recorded,
  * then adopted by the worker's controller without a switch. */
@@ -782,6 +799,8 @@ static void fresh_start_is_fast(void **state)
 	assert_int_equal(reconciler_start(e.rec), 0);
 	fixture_run_until(&e.ge.loop, redis_usable, &e, 60000);
 	long long took = fixture_now_ms() - t0;
+	struct rebuilds_want rw = { &e, 1 };
+	fixture_run_until(&e.ge.loop, rebuilds_reached, &rw, 60000);
 	reconciler_get_stats(e.rec, &st);
 	gate_mode_get_stats(e.ctl, &ms);
 	print_message("fresh start: usable in redis mode after %lld ms (epoch %lld -> %lld, %llu "
@@ -829,6 +848,8 @@ static void way_back_on_redis_return(void **state)
 	print_message("Redis back: usable in redis mode after %lld ms\n", took);
 	assert_true(took < 4000);
 	assert_int_equal(gp_epoch(admin), epoch + 2);
+	struct rebuilds_want rw = { &e, rebuilds + 1 };
+	fixture_run_until(&e.ge.loop, rebuilds_reached, &rw, 60000);
 	reconciler_get_stats(e.rec, &st);
 	assert_int_equal(st.rebuilds, rebuilds + 1);
 	env_close(&e);

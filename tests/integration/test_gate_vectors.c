@@ -94,6 +94,9 @@ static void random_sequences(void **state)
 		seq_random(&run, seeds[i], 3000, b, 2);
 		total += run.event;
 		seq_print_coverage(&run);
+		/* delta installs compared too: on the installed version and on a stale one */
+		assert_true(run.seen_delta > 0);
+		assert_true(run.seen_delta_stale > 0);
 	}
 	print_message("%ld random events: the model and the Redis gate agree\n", total);
 	assert_true(total >= 10000);
