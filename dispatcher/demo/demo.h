@@ -24,10 +24,14 @@
 #define DEMO_CALL_MAX_MS  3000
 
 struct demo_options {
-	double minutes;	  /* how long the table runs [1] */
-	unsigned workers; /* `dispatcher run` processes [3] */
-	unsigned lines;	  /* the organisation's limit [20] */
-	uint64_t seed;	  /* the stub's seed: call durations and outcomes [1] */
+	double minutes;			   /* how long the table runs [1] */
+	unsigned workers;		   /* `dispatcher run` processes [3] */
+	unsigned lines;			   /* the organisation's limit [20] */
+	uint64_t seed;			   /* the stub's seed: call durations and outcomes [1] */
+	uint32_t contacts;		   /* per campaign, 0: demo_contacts_per_campaign's [0] */
+	uint32_t hold_min_ms, hold_max_ms; /* the stub's call durations [1000-3000] */
+	bool bench; /* bench/worker: no table, no late join, the run ends when cmp-alpha or
+		     * cmp-bravo has no pending contact left (or at --minutes), a "bench:" line */
 };
 
 /* Parses argv[0..argc) (the words after "demo") into *o, defaults first. Accepts "--name value"

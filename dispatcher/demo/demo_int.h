@@ -41,7 +41,8 @@ bool demo_interrupted(void);
 
 /* Starts the stub at stub_path (its log in p->dir) and reads its port. Returns 0, -ETIMEDOUT,
  * -EINTR (interrupted) or a negative errno. */
-int demo_stub_start(struct demo_procs *p, const char *stub_path, uint64_t seed, const char *secret);
+int demo_stub_start(struct demo_procs *p, const char *stub_path, const struct demo_options *o,
+		    const char *secret);
 
 /* A free loopback TCP port, or a negative errno. */
 int demo_free_port(void);
@@ -70,6 +71,10 @@ int demo_late_join(PGconn *pg, const struct demo_options *o);
 /* Reads pending and in-progress contacts per campaign into pending[]/busy[] (DEMO_CAMPAIGNS
  * entries, in demo_campaigns order). Returns 0 or -EIO. */
 int demo_backlog(PGconn *pg, uint32_t *pending, uint32_t *busy);
+
+/* The database's committed transactions so far (pg_stat_database, this database) into *n.
+ * Returns 0 or -EIO. */
+int demo_xact_commits(PGconn *pg, double *n);
 
 /* Writes the fleet's gate mode and epoch ("redis mode, epoch 2") into mode. Returns 0 or -EIO. */
 int demo_gate_mode(PGconn *pg, char *mode, size_t len);

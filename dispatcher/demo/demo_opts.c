@@ -34,6 +34,11 @@ void demo_usage(FILE *out)
 		"  --workers N   worker processes, 1..%d [3]\n"
 		"  --lines L     the organisation's concurrent-call limit, %d..%d [20]\n"
 		"  --seed S      the stub's seed (call durations and outcomes) [1]\n"
+		"  --contacts N  contacts per campaign, 1..10000000 [5,000 or what the run needs]\n"
+		"  --hold-ms A-B the stub's call durations in ms, 1 <= A <= B <= 600000 "
+		"[1000-3000]\n"
+		"  --bench       for bench/worker/run.sh: no table, no late campaign; ends when a\n"
+		"                campaign without a ceiling runs dry; prints one 'bench:' line\n"
 		"  --help, -h    this text\n",
 		DEMO_CEILING, DEMO_MINUTES_MAX, DEMO_WORKERS_MAX, DEMO_CEILING + 1, DEMO_LINES_MAX);
 }
@@ -96,6 +101,27 @@ static int apply(struct demo_options *o, const char *name, const char *v, FILE *
 		o->seed = n;
 		return 0;
 	}
+	if (strcmp(name, "--contacts") == 0) {
+		if (parse_uint(v, 1, 10000000, &n))
+			return bad(err, name, v, "1..10000000");
+		o->contacts = (uint32_t)n;
+		return 0;
+	}
+	if (strcmp(name, "--hold-ms") == 0) {
+		char a[24];
+		const char *dash = strchr(v, '-');
+		unsigned long long lo, hi;
+
+		if (!dash || (size_t)(dash - v) >= sizeof(a))
+			return bad(err, name, v, "A-B, 1 <= A <= B <= 600000");
+		snprintf(a, sizeof(a), "%.*s", (int)(dash - v), v);
+		if (parse_uint(a, 1, 600000, &lo) || parse_uint(dash + 1, 1, 600000, &hi) ||
+		    lo > hi)
+			return bad(err, name, v, "A-B, 1 <= A <= B <= 600000");
+		o->hold_min_ms = (uint32_t)lo;
+		o->hold_max_ms = (uint32_t)hi;
+		return 0;
+	}
 	fprintf(err, "dispatcher demo: unknown option '%s' (try --help)\n", name);
 	return -EINVAL;
 }
@@ -103,17 +129,28 @@ static int apply(struct demo_options *o, const char *name, const char *v, FILE *
 static bool known(const char *name)
 {
 	return !strcmp(name, "--minutes") || !strcmp(name, "--workers") ||
-	       !strcmp(name, "--lines") || !strcmp(name, "--seed");
+	       !strcmp(name, "--lines") || !strcmp(name, "--seed") || !strcmp(name, "--contacts") ||
+	       !strcmp(name, "--hold-ms");
 }
 
 int demo_options_parse(int argc, char **argv, struct demo_options *o, FILE *err)
 {
-	*o = (struct demo_options){ .minutes = 1, .workers = 3, .lines = 20, .seed = 1 };
+	*o = (struct demo_options){ .minutes = 1,
+				    .workers = 3,
+				    .lines = 20,
+				    .seed = 1,
+				    .hold_min_ms = DEMO_CALL_MIN_MS,
+				    .hold_max_ms = DEMO_CALL_MAX_MS };
 	for (int i = 0; i < argc; i++)
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
 			return 1;
 	for (int i = 0; i < argc; i++) {
 		char name[32];
+
+		if (strcmp(argv[i], "--bench") == 0) { /* the one option without a value */
+			o->bench = true;
+			continue;
+		}
 		const char *a = argv[i], *eq = strchr(a, '='), *v;
 
 		if (strncmp(a, "--", 2) != 0 || strlen(a) > sizeof(name) - 1) {
@@ -150,6 +187,8 @@ uint32_t demo_contacts_per_campaign(const struct demo_options *o)
 	 * with a quarter more for the outcomes that come back */
 	double need = o->lines / 2.0 * o->minutes * 60 * 1.25;
 
+	if (o->contacts)
+		return o->contacts;
 	return need > DEMO_CONTACTS ? (uint32_t)ceil(need) : DEMO_CONTACTS;
 }
 

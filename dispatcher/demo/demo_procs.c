@@ -102,14 +102,15 @@ static pid_t spawn(char *const *argv, char *const *envp, int out_fd, const char 
 	return pid;
 }
 
-int demo_stub_start(struct demo_procs *p, const char *stub_path, uint64_t seed, const char *secret)
+int demo_stub_start(struct demo_procs *p, const char *stub_path, const struct demo_options *o,
+		    const char *secret)
 {
 	char seed_s[24], dur[48], log_path[300], line[256];
 	int fds[2];
 	size_t len = 0;
 
-	snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)seed);
-	snprintf(dur, sizeof(dur), "%d-%d", DEMO_CALL_MIN_MS, DEMO_CALL_MAX_MS);
+	snprintf(seed_s, sizeof(seed_s), "%llu", (unsigned long long)o->seed);
+	snprintf(dur, sizeof(dur), "%u-%u", o->hold_min_ms, o->hold_max_ms);
 	snprintf(log_path, sizeof(log_path), "%s/stub.log", p->dir);
 	char *argv[] = { (char *)stub_path, "--seed",	    seed_s, "--duration-ms", dur,
 			 "--secret",	    (char *)secret, NULL };

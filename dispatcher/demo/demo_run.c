@@ -67,6 +67,12 @@ struct demo {
 	struct demo_sample *samples;
 	size_t n_samples;
 	unsigned drawn; /* lines of the last table, to redraw in place */
+	/* --bench: counters at the first call placed and at the window's end */
+	bool b_started;
+	struct stub_snap b_last; /* the last reading where calls_placed grew */
+	uint64_t b_last_at;
+	double b_xact0, b_xact1, b_redis0, b_redis1;
+	long rss_kib[DEMO_WORKERS_MAX];
 };
 
 /* ---- the stub's ground truth ---- */
@@ -193,6 +199,35 @@ static void on_redis_event(struct redis_conn *c, const struct redis_conn_event *
 		gate_set_generation(d->gate, ev->generation);
 }
 
+/* ---- --bench: Redis commands, worker RSS ---- */
+
+static void on_info(struct redis_conn *c, int status, redisReply *r, void *data)
+{
+	double *out = data;
+	const char *k = "total_commands_processed:";
+
+	(void)c;
+	if (!status && r && r->type == REDIS_REPLY_STRING && strstr(r->str, k))
+		*out = strtod(strstr(r->str, k) + strlen(k), NULL);
+}
+
+/* VmHWM of pid in KiB, or -1. */
+static long rss_hwm_kib(pid_t pid)
+{
+	char path[64], line[128];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (strncmp(line, "VmHWM:", 6) == 0)
+			kib = strtol(line + 6, NULL, 10);
+	fclose(f);
+	return kib;
+}
+
 /* ---- the table ---- */
 
 static void fmt_elapsed(char *buf, size_t len, uint64_t ms)
@@ -207,6 +242,8 @@ static void render(struct demo *d, uint64_t elapsed)
 
 	fmt_elapsed(t, sizeof(t), elapsed);
 	fmt_elapsed(total, sizeof(total), d->end_at - d->start);
+	if (d->o.bench)
+		return;
 	if (!d->tty) {
 		printf("t=%s live=%.0f/%u gate=%s%s", t, d->now.org_live, d->o.lines, d->gate_mode,
 		       d->view_ok ? "" : " (no Redis view)");
@@ -268,7 +305,12 @@ static void on_tick(uv_timer_t *t)
 		uv_stop(&d->loop);
 		return;
 	}
-	if (!d->joined && elapsed >= d->join_at) {
+	if (d->o.bench && !d->b_started && d->now.placed > 0) {
+		d->b_started = true;
+		demo_xact_commits(d->pg, &d->b_xact0);
+		redis_conn_command(d->redis, on_info, &d->b_redis0, "INFO stats");
+	}
+	if (!d->o.bench && !d->joined && elapsed >= d->join_at) {
 		if (demo_late_join(d->pg, &d->o)) {
 			d->failed = -1;
 			uv_stop(&d->loop);
@@ -278,6 +320,22 @@ static void on_tick(uv_timer_t *t)
 	}
 	if (now >= d->end_at)
 		d->ending = true;
+	if (d->o.bench && !d->ending && d->b_started) {
+		demo_backlog(d->pg, d->pending, d->busy);
+		if (d->now.placed > d->b_last.placed) {
+			d->b_last = d->now;
+			d->b_last_at = now;
+		}
+		/* dry (retries stay pending): no new call for a second ends the window */
+		if (d->pending[0] == 0 || d->pending[1] == 0 || now - d->b_last_at >= 1000)
+			d->ending = true;
+	}
+	if (d->o.bench && d->ending && d->b_redis1 == 0) {
+		demo_xact_commits(d->pg, &d->b_xact1);
+		redis_conn_command(d->redis, on_info, &d->b_redis1, "INFO stats");
+		for (unsigned i = 0; i < d->procs.n_workers; i++)
+			d->rss_kib[i] = rss_hwm_kib(d->procs.workers[i]);
+	}
 	stats_send(d);
 	if (now - d->last_refresh >= REFRESH_MS) {
 		d->last_refresh = now;
@@ -373,7 +431,7 @@ static void stats_final(struct demo *d)
 
 static int summary(struct demo *d, const struct stub_snap *fin)
 {
-	const struct stub_snap *e = &d->end;
+	const struct stub_snap *e = d->o.bench && d->b_last.have ? &d->b_last : &d->end;
 	uint32_t ceilings[DEMO_CAMPAIGNS];
 	double shares[DEMO_CAMPAIGNS], x[DEMO_CAMPAIGNS];
 	int bad = 0;
@@ -440,6 +498,22 @@ static int summary(struct demo *d, const struct stub_snap *fin)
 	else
 		printf("  late campaign at floor:  never reached%s\n",
 		       d->at_join.have ? "   below target" : "");
+	if (d->o.bench) {
+		double done = e->placed - e->org_live, cycles = span > 0 ? done / (span / 1000) : 0;
+		double pg = d->b_xact1 - d->b_xact0, rc = d->b_redis1 - d->b_redis0;
+
+		printf("bench: workers=%u lines=%u hold_ms=%u-%u contacts=%u placed=%.0f "
+		       "completed=%.0f window_s=%.3f util=%.4f cycles_per_s=%.1f "
+		       "pg_xact_per_cycle=%.2f redis_cmds_per_cycle=%.2f duplicates=%.0f "
+		       "max_live=%.0f rss_kib=",
+		       d->o.workers, d->o.lines, d->o.hold_min_ms, d->o.hold_max_ms,
+		       demo_contacts_per_campaign(&d->o), e->placed, done, span / 1000, util,
+		       cycles, done > 0 ? pg / done : 0, done > 0 ? rc / done : 0, fin->duplicates,
+		       fin->org_max);
+		for (unsigned i = 0; i < d->procs.n_workers; i++)
+			printf("%s%ld", i ? "," : "", d->rss_kib[i]);
+		printf("\n");
+	}
 	printf("%s\n", bad ? "Result: FAILED (an invariant was broken)" : "Result: ok");
 	return bad ? 1 : 0;
 }
@@ -518,7 +592,7 @@ static int prepare_all(struct demo *d, const char *self, const char *stub)
 		return -EIO;
 	if (demo_interrupted())
 		return -EINTR;
-	int e = demo_stub_start(&d->procs, stub, d->o.seed, secret);
+	int e = demo_stub_start(&d->procs, stub, &d->o, secret);
 	if (e) {
 		log_error(LOG_MAIN, "demo: the provider stub did not start: %s", strerror(-e));
 		return e;

@@ -7,8 +7,7 @@
  * fair share, not the provider's per-minute rate. */
 #define DEMO_SQL_ORG                                                                               \
 	"INSERT INTO organisations (id, name, org_limit, rate_default_per_minute,"                 \
-	" rate_calls_per_minute, rate_executions_per_minute) VALUES ($1, $2, $3, 100000, 100000,"  \
-	" 100000)"
+	" rate_calls_per_minute, rate_executions_per_minute) VALUES ($1, $2, $3, $4, $4, $4)"
 
 /* $1 id, $2 org_id, $3 from_number. */
 #define DEMO_SQL_AGENT "INSERT INTO agents (id, org_id, name, from_number) VALUES ($1, $2, $1, $3)"
@@ -48,6 +47,9 @@
 #define DEMO_SQL_REFRESH_KICK "SELECT pg_notify('dsp_refresh', $1)"
 
 /* The fleet's gate mode and epoch (C11): the table's header. */
+/* demo_xact_commits: bench/worker's PostgreSQL statements per dial cycle */
+#define DEMO_SQL_XACT "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+
 #define DEMO_SQL_GATE_MODE "SELECT gate_mode, gate_epoch FROM system_settings"
 
 #endif
