@@ -70,7 +70,7 @@ struct demo {
 	/* --bench: counters at the first call placed and at the window's end */
 	bool b_started;
 	struct stub_snap b_last; /* the last reading where calls_placed grew */
-	uint64_t b_last_at;
+	uint64_t b_grew_at[2];	 /* when cmp-alpha's, cmp-bravo's dialled count last grew */
 	double b_xact0, b_xact1, b_redis0, b_redis1;
 	long rss_kib[DEMO_WORKERS_MAX];
 };
@@ -322,12 +322,19 @@ static void on_tick(uv_timer_t *t)
 		d->ending = true;
 	if (d->o.bench && !d->ending && d->b_started) {
 		demo_backlog(d->pg, d->pending, d->busy);
-		if (d->now.placed > d->b_last.placed) {
-			d->b_last = d->now;
-			d->b_last_at = now;
+		bool both = d->b_last.have;
+
+		for (size_t i = 0; i < 2; i++) {
+			if (!d->b_grew_at[i] || d->now.dialled[i] > d->b_last.dialled[i])
+				d->b_grew_at[i] = now;
+			both = both && d->now.dialled[i] > d->b_last.dialled[i];
 		}
-		/* dry (retries stay pending): no new call for a second ends the window */
-		if (d->pending[0] == 0 || d->pending[1] == 0 || now - d->b_last_at >= 1000)
+		if (!d->b_last.have || both)
+			d->b_last = d->now; /* both uncapped campaigns still dialling */
+		/* dry (retries stay pending): either one without a new call for a second ends the
+		 * window; the capped campaign's tail is not "backlogged" */
+		if (d->pending[0] == 0 || d->pending[1] == 0 || now - d->b_grew_at[0] >= 1000 ||
+		    now - d->b_grew_at[1] >= 1000)
 			d->ending = true;
 	}
 	if (d->o.bench && d->ending && d->b_redis1 == 0) {
