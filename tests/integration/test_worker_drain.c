@@ -34,22 +34,6 @@ static long long sql_int(const char *q)
 	return wproc_sql_int(db, q);
 }
 
-static void seed(void)
-{
-	PQclear(fixture_sql(
-		db, "INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'o1', 4)"));
-	PQclear(fixture_sql(db, "INSERT INTO agents (id, org_id) VALUES ('a1', 'o1')"));
-	PQclear(fixture_sql(db, "INSERT INTO campaigns (id, org_id, agent_id) VALUES"
-				" ('c1', 'o1', 'a1'), ('c2', 'o1', 'a1')"));
-	PQclear(fixture_sql(db, "INSERT INTO batches (id, org_id, campaign_id) VALUES"
-				" ('b1', 'o1', 'c1'), ('b2', 'o1', 'c2')"));
-	PQclear(fixture_sql(
-		db,
-		"INSERT INTO contacts (org_id, campaign_id, batch_id, phone)"
-		" SELECT 'o1', 'c' || k, 'b' || k, '+1415555' || lpad((k * 100 + i)::text, 4, '0')"
-		" FROM generate_series(1, 2) k, generate_series(1, 50) i"));
-}
-
 /* The stub (hold mode unless told) and the worker's environment; starts the worker. */
 static pid_t start(bool hold, const char *token)
 {
@@ -57,7 +41,7 @@ static pid_t start(bool hold, const char *token)
 	int port = wproc_free_port();
 	struct stub_config sc;
 
-	seed();
+	wproc_seed_small(db);
 	stub_config_defaults(&sc);
 	sc.hold = hold;
 	sc.token = token;

@@ -117,6 +117,24 @@ static inline long long wproc_sql_int(PGconn *db, const char *q)
 	return v;
 }
 
+/* The small organisation of the worker tests: o1 with 4 lines and one agent, campaigns c1 and c2
+ * with one batch each, 50 pending contacts per campaign. */
+static inline void wproc_seed_small(PGconn *db)
+{
+	PQclear(fixture_sql(
+		db, "INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'o1', 4)"));
+	PQclear(fixture_sql(db, "INSERT INTO agents (id, org_id) VALUES ('a1', 'o1')"));
+	PQclear(fixture_sql(db, "INSERT INTO campaigns (id, org_id, agent_id) VALUES"
+				" ('c1', 'o1', 'a1'), ('c2', 'o1', 'a1')"));
+	PQclear(fixture_sql(db, "INSERT INTO batches (id, org_id, campaign_id) VALUES"
+				" ('b1', 'o1', 'c1'), ('b2', 'o1', 'c2')"));
+	PQclear(fixture_sql(
+		db,
+		"INSERT INTO contacts (org_id, campaign_id, batch_id, phone)"
+		" SELECT 'o1', 'c' || k, 'b' || k, '+1415555' || lpad((k * 100 + i)::text, 4, '0')"
+		" FROM generate_series(1, 2) k, generate_series(1, 50) i"));
+}
+
 static inline int wproc_free_port(void)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
