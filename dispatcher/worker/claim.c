@@ -21,19 +21,23 @@
 	" ORDER BY c.org_id, c.created_at, c.id"
 
 /* $1 campaign ids, $2 page sizes (arrays), $3 owner, $4 lease ms. One statement: the locking
- * page per campaign (SQL_NEXT_DIALABLE's form, dispatcher/queue_sql.h) and the lease. */
+ * page per campaign (SQL_NEXT_DIALABLE's form, dispatcher/queue_sql.h) and the lease. The ids
+ * go to the UPDATE as an array (`= ANY (ARRAY(...))`: primary-key lookups) — as a joined
+ * subquery the planner hashed it against a sequential scan of every contact (99 ms for 40 rows
+ * at 60,000 contacts). No state re-check: the page's rows are locked with the page's condition
+ * (re-checked on the locked version) until this statement commits. */
 #define SQL_CLAIM                                                                                  \
 	"UPDATE contacts c SET state = 'claimed', lease_owner = $3,"                               \
 	" lease_token = nextval('contacts_lease_token_seq'),"                                      \
 	" lease_until = now() + make_interval(secs => $4::double precision / 1000),"               \
 	" updated_at = now()"                                                                      \
-	" FROM (SELECT p.id FROM unnest($1::text[], $2::int[]) AS w(campaign_id, n)"               \
+	" WHERE c.id = ANY (ARRAY(SELECT p.id FROM unnest($1::text[], $2::int[])"                  \
+	"  AS w(campaign_id, n)"                                                                   \
 	"  JOIN campaigns cp ON cp.id = w.campaign_id AND cp.status = 'active'"                    \
 	"  CROSS JOIN LATERAL (SELECT k.id FROM contacts k"                                        \
 	"   WHERE k.campaign_id = w.campaign_id AND k.state = 'pending'"                           \
 	"   AND k.next_attempt_at <= now() ORDER BY k.next_attempt_at, k.id LIMIT w.n"             \
-	"   FOR UPDATE OF k SKIP LOCKED) p) s"                                                     \
-	" WHERE c.id = s.id AND c.state = 'pending'"                                               \
+	"   FOR UPDATE OF k SKIP LOCKED) p))"                                                      \
 	" RETURNING c.id, c.campaign_id, c.phone, c.attempts, c.lease_token"
 
 /* $1 contact ids, $2 lease tokens (arrays). Back undialled, nothing charged; cancelled when the

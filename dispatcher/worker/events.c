@@ -78,10 +78,11 @@ struct events {
 	char *secret;
 	int64_t tolerance_s;
 	int64_t (*now_s)(void);
-	const struct pg_stmt *st;
+	const struct pg_stmt *st, *st_generic;
 	uv_timer_t timer;
 	struct list_node queue; /* struct evreq, validated, not sent */
 	unsigned inflight;	/* batches and call_end requests not answered */
+	unsigned batches;	/* of which batches (group commit: EVENTS_INFLIGHT_MAX) */
 	bool closing, timer_closed;
 	void (*closed_cb)(void *data);
 	void *closed_data;
@@ -113,6 +114,8 @@ int events_new(const struct events_options *o, struct events **out)
 	ev->now_s = o->now_s;
 	list_init(&ev->queue);
 	rc = pg_pool_prepare(o->pool, sql_record, 5, &ev->st);
+	if (!rc)
+		rc = pg_pool_prepare(o->pool, PG_SQL_GENERIC_PLANS, 0, &ev->st_generic);
 	if (rc) {
 		free(ev->secret);
 		free(ev);
@@ -421,9 +424,10 @@ static void batch_cb(int status, const struct pg_results *res, void *data)
 {
 	struct batch *b = data;
 	struct events *ev = b->ev;
-	const PGresult *r = status == 0 ? res->res[0] : NULL;
+	const PGresult *r = status == 0 ? res->res[1] : NULL;
 
 	ev->inflight--;
+	ev->batches--;
 	if (status == 0 && (PQntuples(r) != (int)b->n || PQnfields(r) != 2))
 		status = -EPROTO;
 	if (status == DSP_EPG && b->n > 1 && !ev->closing) {
@@ -471,6 +475,8 @@ static void batch_cb(int status, const struct pg_results *res, void *data)
 		}
 	}
 	free(b);
+	if (!ev->closing)
+		flush(&ev->timer);
 	maybe_free(ev);
 }
 
@@ -494,13 +500,15 @@ static void send_batch(struct events *ev, struct batch *b)
 	for (int i = 0; i < 5; i++)
 		ok = (v[i] = pgarr_end(&arr[i])) != NULL && ok;
 	if (ok) {
-		struct pg_query q = { .stmt = ev->st, .nparams = 5, .values = v };
-		rc = pg_pool_exec(ev->pool, PG_LANE_PRIORITY, &q, batch_cb, b);
+		struct pg_query q[2] = { { .stmt = ev->st_generic },
+					 { .stmt = ev->st, .nparams = 5, .values = v } };
+		rc = pg_pool_batch(ev->pool, PG_LANE_PRIORITY, q, 2, batch_cb, b);
 	}
 	for (int i = 0; i < 5; i++)
 		pgarr_free(&arr[i]);
 	if (rc == 0) {
 		ev->inflight++;
+		ev->batches++;
 		ev->stats.batches++;
 		return;
 	}
@@ -519,13 +527,15 @@ static bool in_batch(const struct batch *b, const struct evreq *r)
 	return false;
 }
 
-/* The end of the loop turn: every queued event, in statements of EVENTS_BATCH_MAX; the same
- * (call, sequence) twice goes in the next one. */
+/* The end of the loop turn: the queued events, in statements of EVENTS_BATCH_MAX while fewer
+ * than EVENTS_INFLIGHT_MAX are in flight (the rest when one is answered, as call_end does:
+ * under load the statements grow, not their number); the same (call, sequence) twice goes in
+ * the next one. */
 static void flush(uv_timer_t *t)
 {
 	struct events *ev = t->data;
 
-	while (!list_empty(&ev->queue)) {
+	while (!list_empty(&ev->queue) && ev->batches < EVENTS_INFLIGHT_MAX) {
 		struct batch *b = calloc(1, sizeof(*b));
 		struct list_node *pos, *tmp;
 

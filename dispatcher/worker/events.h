@@ -55,6 +55,7 @@
 #define EVENTS_PATH	       "/provider/events"
 #define EVENTS_BODY_MAX	       4096 /* bytes of one event's body (the route's max_body) */
 #define EVENTS_BATCH_MAX       256  /* events per statement */
+#define EVENTS_INFLIGHT_MAX    2    /* statements in flight at most (group commit) */
 #define EVENTS_PROVIDER_ID_MAX 128  /* bytes of the provider's call id */
 
 struct events;
