@@ -11,11 +11,13 @@
 #include <stdio.h>
 
 static const char *const stmt_sql[ST_COUNT] = {
-	[ST_LEASE] = SQL_REFRESHER_LEASE,     [ST_ORGS] = SQL_REFRESHER_ORGS,
-	[ST_ORG] = SQL_REFRESHER_ORG,	      [ST_CAMPAIGNS] = SQL_REFRESHER_CAMPAIGNS,
-	[ST_WAITING] = SQL_REFRESHER_WAITING, [ST_CARRIES] = SQL_REFRESHER_CARRIES,
+	[ST_LEASE] = SQL_REFRESHER_LEASE,	  [ST_ORGS] = SQL_REFRESHER_ORGS,
+	[ST_MODE] = SQL_REFRESHER_MODE,		  [ST_ORG] = SQL_REFRESHER_ORG,
+	[ST_CAMPAIGNS] = SQL_REFRESHER_CAMPAIGNS, [ST_WAITING] = SQL_REFRESHER_WAITING,
+	[ST_CARRIES] = SQL_REFRESHER_CARRIES,	  [ST_RUNNING] = SQL_REFRESHER_RUNNING,
+	[ST_LIVE] = SQL_REFRESHER_LIVE,		  [ST_WAKE] = SQL_REFRESHER_WAKE,
 };
-static const int stmt_params[ST_COUNT] = { 4, 0, 1, 1, 1, 1 };
+static const int stmt_params[ST_COUNT] = { 4, 0, 0, 1, 1, 1, 1, 1, 1, 1 };
 
 /* --- small helpers --- */
 
@@ -108,6 +110,8 @@ static void lease_cb(int status, const struct pg_results *res, void *data)
 	}
 	lease_held(r, (uint64_t)cell_i64(lr, 0, 0));
 	r->stats.held++;
+	r->pg_mode =
+		PQntuples(res->res[2]) == 1 && !strcmp(PQgetvalue(res->res[2], 0, 0), "postgres");
 	r->n_orgs = (size_t)PQntuples(or);
 	r->orgs = r->n_orgs ? calloc(r->n_orgs, sizeof(*r->orgs)) : NULL;
 	for (size_t i = 0; i < r->n_orgs; i++)
@@ -130,9 +134,10 @@ static int cycle_begin(struct refresher *r)
 	struct pg_query q[] = {
 		{ .stmt = r->st[ST_LEASE], .nparams = 4, .values = lv },
 		{ .stmt = r->st[ST_ORGS] },
+		{ .stmt = r->st[ST_MODE] },
 	};
 	r->lease_sent = uv_hrtime();
-	int rc = pg_pool_batch(r->pool, PG_LANE_NORMAL, q, 2, lease_cb, r);
+	int rc = pg_pool_batch(r->pool, PG_LANE_NORMAL, q, 3, lease_cb, r);
 	if (rc)
 		return rc;
 	r->pending++;

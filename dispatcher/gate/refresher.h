@@ -104,25 +104,29 @@ struct refresher_options {
 #define REFRESHER_WAKE_MAX 16
 
 struct refresher_stats {
-	uint64_t cycles;	  /* cycles completed */
-	uint64_t held;		  /* cycles run as the holder */
-	uint64_t not_holder;	  /* cycles that found another holder (nothing installed) */
-	uint64_t lost;		  /* tenures ended: renew refused or install fenced */
-	uint64_t recomputes;	  /* organisations recomputed */
-	uint64_t installs;	  /* floors installs applied in Redis */
-	uint64_t delta_installs;  /*   of which deltas (gate_install_floors_delta()) */
-	uint64_t refused_redis;	  /* floors installs refused by version in Redis */
-	uint64_t refused_pg;	  /* floors installs refused by version in PostgreSQL */
-	uint64_t limits_installs; /* org limits installs applied */
-	uint64_t system_installs; /* system limit installs applied */
-	uint64_t limits_cycle;	  /* index of the cycle (cycles completed before it) that last
+	uint64_t cycles;	   /* cycles completed */
+	uint64_t held;		   /* cycles run as the holder */
+	uint64_t not_holder;	   /* cycles that found another holder (nothing installed) */
+	uint64_t lost;		   /* tenures ended: renew refused or install fenced */
+	uint64_t recomputes;	   /* organisations recomputed */
+	uint64_t installs;	   /* floors installs applied in Redis */
+	uint64_t delta_installs;   /*   of which deltas (gate_install_floors_delta()) */
+	uint64_t refused_redis;	   /* floors installs refused by version in Redis */
+	uint64_t refused_pg;	   /* floors installs refused by version in PostgreSQL */
+	uint64_t limits_installs;  /* org limits installs applied */
+	uint64_t system_installs;  /* system limit installs applied */
+	uint64_t limits_cycle;	   /* index of the cycle (cycles completed before it) that last
 				     * applied an org limits install */
-	uint64_t woken;		  /* waiters woken after applied floors installs (C9) */
-	uint64_t wake_errors;	  /* wakes after an install that failed (logged; not fatal) */
-	uint64_t errors;	  /* organisations whose cycle failed (logged) */
-	uint64_t kicks;		  /* refresher_kick() calls (NOTIFYs and messages included) */
-	uint64_t notifies;	  /*   of which NOTIFYs on REFRESHER_CHANNEL_PG */
-	uint64_t messages;	  /*   of which messages on REFRESHER_CHANNEL_REDIS */
+	uint64_t pg_counts;	   /* recomputes with the running counts from the call rows */
+	uint64_t redis_fallbacks;  /*   of which in redis mode because Redis could not answer */
+	uint64_t pg_only_installs; /* floors installs applied in PostgreSQL only (those) */
+	uint64_t pg_wakes;	   /*   of which followed by a wake NOTIFY (postgres mode) */
+	uint64_t woken;		   /* waiters woken after applied floors installs (C9) */
+	uint64_t wake_errors;	   /* wakes after an install that failed (logged; not fatal) */
+	uint64_t errors;	   /* organisations whose cycle failed (logged) */
+	uint64_t kicks;		   /* refresher_kick() calls (NOTIFYs and messages included) */
+	uint64_t notifies;	   /*   of which NOTIFYs on REFRESHER_CHANNEL_PG */
+	uint64_t messages;	   /*   of which messages on REFRESHER_CHANNEL_REDIS */
 	uint64_t kicked;	/* cycles started by a kick (or a period that found one running) */
 	uint64_t lease_version; /* current tenure's version, 0 when not holding */
 	uint64_t last_version;	/* last floors version sent */

@@ -34,6 +34,10 @@ static void system_cb(struct gate *g, int status, const struct gate_install_resu
  * rebuild from older limits (or another refresher) makes wrong. */
 void refr_install(struct refresher *r)
 {
+	if (r->from_pg) { /* the gate's PostgreSQL side only: see pg_install_cb() */
+		install_pg(r);
+		return;
+	}
 	if (r->sys_limits_version < 1 || (uint64_t)r->sys_limits_version <= r->v_system_version) {
 		install_limits(r);
 		return;
@@ -256,6 +260,46 @@ static void install_floors(struct refresher *r)
 	floors_send(r, delta);
 }
 
+static void wake_pg_cb(int status, const struct pg_results *res, void *data)
+{
+	struct refresher *r = data;
+
+	(void)res;
+	if (!refr_cb_enter(r))
+		return;
+	if (status) {
+		r->stats.wake_errors++;
+		LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = r->orgs[r->org_i] }),
+		       "refresher: waking waiters after the install failed (%s)",
+		       dsp_strerror(status));
+	} else {
+		r->stats.pg_wakes++;
+	}
+	refr_org_done(r, 0);
+}
+
+/* Floors installed from the call rows' counts. In postgres mode, the postgres-mode gate's
+ * wake: a NOTIFY on the channel its release uses, so that the workers with contacts of the org
+ * waiting try again under the new floors (C9). In redis mode (Redis could not answer) nothing
+ * more: the Redis gate wakes its own waiters, and the fleet is switching. A failed wake does
+ * not fail the cycle. */
+static void wake_pg(struct refresher *r)
+{
+	if (!r->pg_mode) {
+		refr_org_done(r, 0);
+		return;
+	}
+	const char *ov[] = { r->orgs[r->org_i] };
+	struct pg_query q = { .stmt = r->st[ST_WAKE], .nparams = 1, .values = ov };
+	int rc = pg_pool_batch(r->pool, PG_LANE_NORMAL, &q, 1, wake_pg_cb, r);
+	if (rc) {
+		r->stats.wake_errors++;
+		refr_org_done(r, 0);
+		return;
+	}
+	r->pending++;
+}
+
 static void pg_install_cb(struct gate_pg *g, int status, bool applied, void *data)
 {
 	struct refresher *r = data;
@@ -272,6 +316,11 @@ static void pg_install_cb(struct gate_pg *g, int status, bool applied, void *dat
 		LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = r->orgs[r->org_i] }),
 		       "refresher: floors %" PRIu64 " refused by PostgreSQL", r->version);
 		fenced(r); /* a newer tenure installed: nothing goes to Redis */
+		return;
+	}
+	if (r->from_pg) {
+		r->stats.pg_only_installs++;
+		wake_pg(r);
 		return;
 	}
 	install_floors(r);
@@ -291,4 +340,3 @@ static void install_pg(struct refresher *r)
 	}
 	r->pending++;
 }
-

@@ -14,7 +14,19 @@
 
 #define SEQ_LIMIT (1ull << 26) /* gate_floors_version()'s seq bound */
 
-enum { ST_LEASE, ST_ORGS, ST_ORG, ST_CAMPAIGNS, ST_WAITING, ST_CARRIES, ST_COUNT };
+enum {
+	ST_LEASE,
+	ST_ORGS,
+	ST_MODE,
+	ST_ORG,
+	ST_CAMPAIGNS,
+	ST_WAITING,
+	ST_CARRIES,
+	ST_RUNNING,
+	ST_LIVE,
+	ST_WAKE,
+	ST_COUNT
+};
 
 /* A campaign as read; strings are offsets into the text arena. */
 struct camp {
@@ -70,16 +82,21 @@ struct refresher {
 	bool new_tenure;
 	char **orgs;
 	size_t n_orgs, org_i;
+	bool pg_mode; /* the gate was in postgres mode at the cycle's start */
 
 	/* one organisation's reads */
 	int reads; /* outstanding reads */
 	int read_status;
+	int view_status; /* gate_read()'s failure: Redis cannot answer */
+	bool from_pg;	 /* the running counts (the v_ fields) are the call rows' */
 	uint64_t t0, t1, t2;
 	int64_t limits_version, elapsed_ms;
 	uint32_t org_limit, per_agent, global_limit;
 	int64_t sys_limits_version;
 	bool enforced;
 	struct vec text, camps, direct; /* direct: 0 or 1 carry */
+	/* The running counts, k, and what the Redis gate holds: gate_read()'s view, or the call
+	 * rows' counts (from_pg: nothing held in Redis is known, every version and floor 0). */
 	struct vec vtext, vcamps, vagents;
 	uint64_t v_limits_version, v_floors_version;
 	uint64_t v_system_version; /* the system limit's version Redis holds (this cycle's read) */

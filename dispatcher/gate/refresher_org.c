@@ -23,7 +23,10 @@ void refr_org_done(struct refresher *r, int status)
 }
 
 static void compute(struct refresher *r);
+static void counts_send(struct refresher *r);
 
+/* One of the org's reads ended with status (PostgreSQL's; a failed gate_read() is view_status).
+ * After the last: the recompute, or first the call rows' counts when Redis could not answer. */
 static void read_done(struct refresher *r, int status)
 {
 	if (status && !r->read_status)
@@ -33,6 +36,8 @@ static void read_done(struct refresher *r, int status)
 	r->stats.last_read_us = us_since(r->t0);
 	if (r->read_status)
 		refr_org_done(r, r->read_status);
+	else if (r->view_status)
+		counts_send(r);
 	else
 		compute(r);
 }
@@ -110,6 +115,83 @@ static int read_carries(struct refresher *r, const PGresult *kr)
 	return 0;
 }
 
+/* The running counts from the call rows (SQL_REFRESHER_RUNNING, SQL_REFRESHER_LIVE) into the
+ * fields gate_read()'s view fills otherwise, so that one recompute serves both sources. Nothing
+ * the Redis gate holds is known: versions and floors 0 (no Redis install follows). */
+static int counts_read(struct refresher *r, const PGresult *run, const PGresult *live)
+{
+	int n = PQntuples(run);
+
+	r->from_pg = true;
+	r->v_limits_version = r->v_floors_version = r->v_system_version = 0;
+	r->v_direct_running = r->v_direct_floor = 0;
+	r->v_system_running = PQntuples(live) == 1 ? cell_u32(live, 0, 0) : 0;
+	r->v_k = PQntuples(live) == 1 ? cell_u32(live, 0, 1) : 0;
+	r->vtext.n = r->vcamps.n = r->vagents.n = 0;
+	if (vec_reserve(&r->vcamps, (size_t)n) || vec_reserve(&r->vagents, (size_t)n))
+		return -ENOMEM;
+	for (int i = 0; i < n; i++) {
+		bool by_agent = PQgetvalue(run, i, 0)[0] == '1';
+		int col = by_agent ? 2 : 1;
+		uint32_t count = cell_u32(run, i, 3);
+		size_t id;
+
+		if (PQgetisnull(run, i, col)) { /* direct calls; calls without an agent */
+			if (!by_agent)
+				r->v_direct_running = count;
+			continue;
+		}
+		if (text_add(&r->vtext, PQgetvalue(run, i, col), &id))
+			return -ENOMEM;
+		if (by_agent)
+			((struct vagent *)r->vagents.p)[r->vagents.n++] =
+				(struct vagent){ .id = id, .running = count };
+		else
+			((struct vcamp *)r->vcamps.p)[r->vcamps.n++] =
+				(struct vcamp){ .id = id, .running = count };
+	}
+	r->stats.pg_counts++;
+	return 0;
+}
+
+static void counts_cb(int status, const struct pg_results *res, void *data)
+{
+	struct refresher *r = data;
+
+	if (!refr_cb_enter(r))
+		return;
+	if (!status)
+		status = counts_read(r, res->res[0], res->res[1]);
+	if (status)
+		refr_org_done(r, status);
+	else
+		compute(r);
+}
+
+/* Redis could not answer this org's gate_read() (in redis mode: down, lost, or a deadline):
+ * the running counts come from the call rows instead, and the floors go to PostgreSQL only —
+ * where the postgres-mode gate the fleet is about to switch to reads them. */
+static void counts_send(struct refresher *r)
+{
+	const char *ov[] = { r->orgs[r->org_i] };
+	struct pg_query q[] = {
+		{ .stmt = r->st[ST_RUNNING], .nparams = 1, .values = ov },
+		{ .stmt = r->st[ST_LIVE], .nparams = 1, .values = ov },
+	};
+
+	r->stats.redis_fallbacks++;
+	LOG_AT(LOG_WARN, LOG_GATE, (&(const struct log_ids){ .org = r->orgs[r->org_i] }),
+	       "refresher: Redis cannot answer (%s): running counts from the call rows, floors to "
+	       "PostgreSQL only",
+	       dsp_strerror(r->view_status));
+	int rc = pg_pool_batch(r->pool, PG_LANE_NORMAL, q, 2, counts_cb, r);
+	if (rc) {
+		refr_org_done(r, rc);
+		return;
+	}
+	r->pending++;
+}
+
 static void pg_read_cb(int status, const struct pg_results *res, void *data)
 {
 	struct refresher *r = data;
@@ -130,6 +212,8 @@ static void pg_read_cb(int status, const struct pg_results *res, void *data)
 		status = read_campaigns(r, res->res[1], res->res[2]);
 		if (!status)
 			status = read_carries(r, res->res[3]);
+		if (!status && r->from_pg)
+			status = counts_read(r, res->res[4], res->res[5]);
 	}
 	read_done(r, status);
 }
@@ -178,7 +262,8 @@ static void view_cb(struct gate *g, int status, const struct gate_view *v, void 
 		return;
 	if (!status)
 		status = view_copy(r, v);
-	read_done(r, status);
+	r->view_status = status; /* a view not had: the call rows' counts instead */
+	read_done(r, 0);
 }
 
 void refr_org_next(struct refresher *r)
@@ -198,6 +283,8 @@ void refr_org_next(struct refresher *r)
 		refr_cycle_end(r, rc);
 		return;
 	}
+	/* In postgres mode the running counts come with the PostgreSQL reads (the last two);
+	 * otherwise from gate_read(), in parallel. */
 	const char *org = r->orgs[r->org_i];
 	const char *ov[] = { org };
 	struct pg_query q[] = {
@@ -205,22 +292,29 @@ void refr_org_next(struct refresher *r)
 		{ .stmt = r->st[ST_CAMPAIGNS], .nparams = 1, .values = ov },
 		{ .stmt = r->st[ST_WAITING], .nparams = 1, .values = ov },
 		{ .stmt = r->st[ST_CARRIES], .nparams = 1, .values = ov },
+		{ .stmt = r->st[ST_RUNNING], .nparams = 1, .values = ov },
+		{ .stmt = r->st[ST_LIVE], .nparams = 1, .values = ov },
 	};
 	r->t0 = uv_hrtime();
 	r->t2 = 0;
-	r->reads = 2;
-	r->read_status = 0;
-	int rc = pg_pool_batch(r->pool, PG_LANE_NORMAL, q, 4, pg_read_cb, r);
+	r->from_pg = r->pg_mode;
+	r->reads = r->from_pg ? 1 : 2;
+	r->read_status = r->view_status = 0;
+	int rc = pg_pool_batch(r->pool, PG_LANE_NORMAL, q, r->from_pg ? 6 : 4, pg_read_cb, r);
 	if (rc) {
 		refr_org_done(r, rc);
 		return;
 	}
 	r->pending++;
+	if (r->from_pg)
+		return;
 	rc = gate_read(r->gate, org, view_cb, r);
-	if (rc)
-		read_done(r, rc);
-	else
+	if (rc) {
+		r->view_status = rc;
+		read_done(r, 0);
+	} else {
 		r->pending++;
+	}
 }
 
 /* --- one organisation: recompute --- */
