@@ -24,8 +24,11 @@
  *      its due contacts capped at org_limit (SQL_COUNT_DUE_CAPPED's form), and the exact carry
  *      stored with the last floors (fair_share_carries); the claimed contacts per campaign
  *      (`waiting`, capped likewise; until the worker registers its waiters, a claimed contact
- *      is counted as waiting); and from Redis (gate_read) the running counts per campaign and
- *      agent and the waiting direct dials k;
+ *      is counted as waiting); and the running counts per campaign and agent, the system's,
+ *      and the waiting direct dials k: from Redis (gate_read, in parallel) in redis mode; from
+ *      the call rows and gate_direct_waiters (SQL_REFRESHER_RUNNING, SQL_REFRESHER_LIVE, in the
+ *      same batch) when the gate was in postgres mode at the cycle's start (the mode is read
+ *      with the lease), and, after the batch, when gate_read failed (Redis cannot answer);
  *   2. fairshare_recompute() with the carry (work area allocated once, grown when needed);
  *   3. install, unless the lease may have run out since its renew (local monotonic clock from
  *      the renew's send; then the tenure ends): the system limit when PostgreSQL's
@@ -36,6 +39,9 @@
  *      and, only once PostgreSQL accepted the version, in Redis (TTL floors_ttl_ms): a delta
  *      (gate_install_floors_delta()) against the floors this cycle's gate_read saw installed
  *      when there are some, in full otherwise or when the delta's base moved meanwhile.
+ *      Counts from the call rows: only the floors in PostgreSQL (where the postgres-mode gate
+ *      reads them) and, in postgres mode, a NOTIFY on GATE_PG_CHANNEL_FREE (its wake); nothing
+ *      to Redis.
  *   A cycle whose organisations take more than half the lease renews it before the next one;
  *   a renew that fails ends the tenure and the cycle (-EAGAIN).
  *

@@ -185,7 +185,8 @@ int refr_renew(struct refresher *r);
 void refr_cycle_end(struct refresher *r, int status);
 
 /* refresher_install.c: installs the recomputed organisation (system limit, org limits, floors
- * in PostgreSQL, then in Redis, then wakes), ending with refr_org_done(). */
+ * in PostgreSQL, then in Redis, then wakes; with counts from the call rows, the floors in
+ * PostgreSQL and the postgres-mode wake only), ending with refr_org_done(). */
 void refr_install(struct refresher *r);
 
 #endif

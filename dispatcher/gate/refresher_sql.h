@@ -1,4 +1,4 @@
-/* The refresher's statements (refresher.c), named here so the tests can check their plans. */
+/* The refresher's statements (refresher*.c), named here so the tests can check their plans. */
 #ifndef DSP_REFRESHER_SQL_H
 #define DSP_REFRESHER_SQL_H
 
