@@ -15,12 +15,12 @@
 /* $1 contact ids, $2 their lease tokens as last seen (NULL: unknown), $3 lease ms, $4 owner.
  * Only a lease still ours: contact dialing (its call row live), our name, our token. */
 #define SQL_RENEW                                                                                  \
-	"UPDATE contacts c SET lease_until = now() + make_interval(secs => $3::double precision"  \
+	"UPDATE contacts c SET lease_until = now() + make_interval(secs => $3::double precision"   \
 	" / 1000) FROM unnest($1::bigint[], $2::bigint[]) AS r(id, tok) WHERE c.id = r.id"         \
 	" AND c.state = 'dialing' AND c.lease_owner = $4::text"                                    \
 	" AND (r.tok IS NULL OR c.lease_token = r.tok) RETURNING c.id, c.lease_token"
 
-#define RENEW_MAX 1000	/* contacts per renewal statement */
+#define RENEW_MAX   1000 /* contacts per renewal statement */
 #define SEND_MARGIN 1000 /* ms: a send must end this long before the lease does */
 
 struct renewal {
@@ -107,8 +107,9 @@ static void renewed(int status, const struct pg_results *r, void *data)
 
 	d->renewing--;
 	if (status)
-		log_warn(LOG_DIAL, "lease renewal failed (%s): calls whose lease runs out stop "
-				   "sending (another worker re-sends them)",
+		log_warn(LOG_DIAL,
+			 "lease renewal failed (%s): calls whose lease runs out stop "
+			 "sending (another worker re-sends them)",
 			 dsp_strerror(status));
 	for (int i = 0; rows && i < n; i++) {
 		rows[2 * i] = strtoll(PQgetvalue(r->res[0], i, 0), NULL, 10);
@@ -131,7 +132,8 @@ static void renewed(int status, const struct pg_results *r, void *data)
 			continue;
 		}
 		c->lease_lost = true; /* taken over, or the call ended: not ours to send */
-		LOG_AT(LOG_INFO, LOG_DIAL, (&(const struct log_ids){ .org = c->org, .call = c->call }),
+		LOG_AT(LOG_INFO, LOG_DIAL,
+		       (&(const struct log_ids){ .org = c->org, .call = c->call }),
 		       "lease of contact %" PRId64 " is not ours any more: this worker stops "
 		       "sending the call",
 		       c->c.contact);

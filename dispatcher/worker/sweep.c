@@ -28,11 +28,11 @@ enum st {
 	ST_LEASE_LOCK,
 	ST_LEASE_BACK,
 	ST_OVERDUE,
-	ST_RET_LEASE,
+	ST_TAKEOVER,
+	ST_RET_LEASE, /* retention's statements last: its pass steps through them to ST_N */
 	ST_RET_EVENTS,
 	ST_RET_ATTEMPTS,
 	ST_RET_CALLS,
-	ST_TAKEOVER,
 	ST_N,
 };
 
