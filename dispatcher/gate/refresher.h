@@ -24,8 +24,11 @@
  *      its due contacts capped at org_limit (SQL_COUNT_DUE_CAPPED's form), and the exact carry
  *      stored with the last floors (fair_share_carries); the claimed contacts per campaign
  *      (`waiting`, capped likewise; until the worker registers its waiters, a claimed contact
- *      is counted as waiting); and from Redis (gate_read) the running counts per campaign and
- *      agent and the waiting direct dials k;
+ *      is counted as waiting); and the running counts per campaign and agent, the system's,
+ *      and the waiting direct dials k: from Redis (gate_read, in parallel) in redis mode; from
+ *      the call rows and gate_direct_waiters (SQL_REFRESHER_RUNNING, SQL_REFRESHER_LIVE, in the
+ *      same batch) when the gate was in postgres mode at the cycle's start (the mode is read
+ *      with the lease), and, after the batch, when gate_read failed (Redis cannot answer);
  *   2. fairshare_recompute() with the carry (work area allocated once, grown when needed);
  *   3. install, unless the lease may have run out since its renew (local monotonic clock from
  *      the renew's send; then the tenure ends): the system limit when PostgreSQL's
@@ -36,6 +39,9 @@
  *      and, only once PostgreSQL accepted the version, in Redis (TTL floors_ttl_ms): a delta
  *      (gate_install_floors_delta()) against the floors this cycle's gate_read saw installed
  *      when there are some, in full otherwise or when the delta's base moved meanwhile.
+ *      Counts from the call rows: only the floors in PostgreSQL (where the postgres-mode gate
+ *      reads them) and, in postgres mode, a NOTIFY on GATE_PG_CHANNEL_FREE (its wake); nothing
+ *      to Redis.
  *   A cycle whose organisations take more than half the lease renews it before the next one;
  *   a renew that fails ends the tenure and the cycle (-EAGAIN).
  *
@@ -104,25 +110,29 @@ struct refresher_options {
 #define REFRESHER_WAKE_MAX 16
 
 struct refresher_stats {
-	uint64_t cycles;	  /* cycles completed */
-	uint64_t held;		  /* cycles run as the holder */
-	uint64_t not_holder;	  /* cycles that found another holder (nothing installed) */
-	uint64_t lost;		  /* tenures ended: renew refused or install fenced */
-	uint64_t recomputes;	  /* organisations recomputed */
-	uint64_t installs;	  /* floors installs applied in Redis */
-	uint64_t delta_installs;  /*   of which deltas (gate_install_floors_delta()) */
-	uint64_t refused_redis;	  /* floors installs refused by version in Redis */
-	uint64_t refused_pg;	  /* floors installs refused by version in PostgreSQL */
-	uint64_t limits_installs; /* org limits installs applied */
-	uint64_t system_installs; /* system limit installs applied */
-	uint64_t limits_cycle;	  /* index of the cycle (cycles completed before it) that last
+	uint64_t cycles;	   /* cycles completed */
+	uint64_t held;		   /* cycles run as the holder */
+	uint64_t not_holder;	   /* cycles that found another holder (nothing installed) */
+	uint64_t lost;		   /* tenures ended: renew refused or install fenced */
+	uint64_t recomputes;	   /* organisations recomputed */
+	uint64_t installs;	   /* floors installs applied in Redis */
+	uint64_t delta_installs;   /*   of which deltas (gate_install_floors_delta()) */
+	uint64_t refused_redis;	   /* floors installs refused by version in Redis */
+	uint64_t refused_pg;	   /* floors installs refused by version in PostgreSQL */
+	uint64_t limits_installs;  /* org limits installs applied */
+	uint64_t system_installs;  /* system limit installs applied */
+	uint64_t limits_cycle;	   /* index of the cycle (cycles completed before it) that last
 				     * applied an org limits install */
-	uint64_t woken;		  /* waiters woken after applied floors installs (C9) */
-	uint64_t wake_errors;	  /* wakes after an install that failed (logged; not fatal) */
-	uint64_t errors;	  /* organisations whose cycle failed (logged) */
-	uint64_t kicks;		  /* refresher_kick() calls (NOTIFYs and messages included) */
-	uint64_t notifies;	  /*   of which NOTIFYs on REFRESHER_CHANNEL_PG */
-	uint64_t messages;	  /*   of which messages on REFRESHER_CHANNEL_REDIS */
+	uint64_t pg_counts;	   /* recomputes with the running counts from the call rows */
+	uint64_t redis_fallbacks;  /*   of which in redis mode because Redis could not answer */
+	uint64_t pg_only_installs; /* floors installs applied in PostgreSQL only (those) */
+	uint64_t pg_wakes;	   /*   of which followed by a wake NOTIFY (postgres mode) */
+	uint64_t woken;		   /* waiters woken after applied floors installs (C9) */
+	uint64_t wake_errors;	   /* wakes after an install that failed (logged; not fatal) */
+	uint64_t errors;	   /* organisations whose cycle failed (logged) */
+	uint64_t kicks;		   /* refresher_kick() calls (NOTIFYs and messages included) */
+	uint64_t notifies;	   /*   of which NOTIFYs on REFRESHER_CHANNEL_PG */
+	uint64_t messages;	   /*   of which messages on REFRESHER_CHANNEL_REDIS */
 	uint64_t kicked;	/* cycles started by a kick (or a period that found one running) */
 	uint64_t lease_version; /* current tenure's version, 0 when not holding */
 	uint64_t last_version;	/* last floors version sent */

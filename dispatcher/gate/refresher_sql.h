@@ -1,6 +1,8 @@
-/* The refresher's statements (refresher.c), named here so the tests can check their plans. */
+/* The refresher's statements (refresher*.c), named here so the tests can check their plans. */
 #ifndef DSP_REFRESHER_SQL_H
 #define DSP_REFRESHER_SQL_H
+
+#include "gate_pg.h"
 
 /* The lease's compare-and-set. $1 owner, $2 the caller's tenure version (0: none), $3 lease
  * duration in ms, $4 true to start a new tenure even when holding. Renews (version kept) when
@@ -19,6 +21,10 @@
 
 /* Every organisation, in byte order. */
 #define SQL_REFRESHER_ORGS "SELECT id FROM organisations ORDER BY id COLLATE \"C\""
+
+/* The gate's mode (gate_pg.h): in postgres mode the running counts come from the call rows
+ * (SQL_REFRESHER_RUNNING, SQL_REFRESHER_LIVE) and the floors go to PostgreSQL only. */
+#define SQL_REFRESHER_MODE "SELECT gate_mode FROM system_settings"
 
 /* One organisation's limits, the system limit, and the elapsed time since its last floors
  * install on the database's clock (-1: never). $1 org. */
@@ -57,5 +63,26 @@
 	"SELECT t.* FROM fair_share_carries k, unnest(k.campaign_ids, k.floors, k.deficit_us,"     \
 	" k.fluid_num, k.fluid_den, k.idle_ms) AS t(campaign_id, floor, deficit_us, fluid_num,"    \
 	" fluid_den, idle_ms) WHERE k.org_id = $1::text"
+
+/* The org's live calls (state dialing, live or unknown: the postgres-mode gate's count) per
+ * campaign, then per agent, on calls_live_org_idx: by_agent (0: campaign rows, campaign_id NULL
+ * the direct calls; 1: agent rows, agent_id NULL the calls without one), campaign_id, agent_id,
+ * count; each group in byte order. $1 org. */
+#define SQL_REFRESHER_RUNNING                                                                      \
+	"SELECT grouping(campaign_id), campaign_id, agent_id, count(*) FROM calls"                 \
+	" WHERE org_id = $1::text AND state IN ('dialing', 'live', 'unknown')"                     \
+	" GROUP BY GROUPING SETS ((campaign_id), (agent_id))"                                      \
+	" ORDER BY 1, campaign_id COLLATE \"C\", agent_id COLLATE \"C\""
+
+/* The system's live calls and the org's waiting direct dials (k), as the postgres-mode gate
+ * counts them. $1 org. */
+#define SQL_REFRESHER_LIVE                                                                         \
+	"SELECT (SELECT count(*) FROM calls WHERE state IN ('dialing', 'live', 'unknown')),"       \
+	" (SELECT count(*) FROM gate_direct_waiters WHERE org_id = $1::text"                       \
+	" AND expires_at > clock_timestamp())"
+
+/* Postgres mode's wake after an applied floors install: the workers with contacts of the org
+ * waiting try again (the channel a postgres-mode release NOTIFYs). $1 org. */
+#define SQL_REFRESHER_WAKE "SELECT pg_notify('" GATE_PG_CHANNEL_FREE "', $1::text)"
 
 #endif

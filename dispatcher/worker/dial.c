@@ -262,7 +262,11 @@ static void finish(struct dcall *c, struct dial_result *r)
 	case DIAL_DRAINED:
 		d->st.drained++;
 		break;
+	case DIAL_LEASE_LOST:
+		d->st.lease_lost++;
+		break;
 	}
+	list_del(&c->care);
 	if (r->disposition == DIAL_UNKNOWN) {
 		const char *v[1] = { c->call };
 		struct pg_query q = { .stmt = d->unknown, .nparams = 1, .values = v };
@@ -275,6 +279,18 @@ static void finish(struct dcall *c, struct dial_result *r)
 
 static void send_call(struct dcall *c);
 
+void dial_finish_now(struct dcall *c, enum dial_disposition disp)
+{
+	struct dial_result r = { .disposition = disp };
+
+	if (c->queued || c->resend_wait)
+		list_del(&c->node);
+	if (c->resend_wait)
+		uv_timer_stop(&c->timer);
+	c->queued = c->resend_wait = false;
+	finish(c, &r);
+}
+
 static void resend_cb(uv_timer_t *t)
 {
 	struct dcall *c = t->data;
@@ -285,6 +301,18 @@ static void resend_cb(uv_timer_t *t)
 	c->queued_ms = (uint64_t)dial_now_ms(c->d);
 	list_add_head(&c->lane->queue, &c->node);
 	dial_lane_pump(c->lane);
+}
+
+#define LEASE_WAIT_MS 250 /* a call held by its fence looks again after this */
+
+/* The call's lease does not cover a send now: off the lane queue until the renewal answers. */
+static void lease_wait(struct dcall *c)
+{
+	list_del(&c->node);
+	c->queued = false;
+	c->resend_wait = true;
+	list_add_tail(&c->d->resend, &c->node);
+	uv_timer_start(&c->timer, resend_cb, LEASE_WAIT_MS, 0);
 }
 
 static bool body_throttled(const char *body)
@@ -364,9 +392,14 @@ static void answered(const struct http_client_response *resp, void *data)
 	snprintf(reason, sizeof(reason), "%s%s%s", retry_reason_name(dec.reason),
 		 resp->cls == HTTP_CLIENT_OK ? "" : ": ",
 		 resp->cls == HTTP_CLIENT_OK ? "" : resp->error);
+	if (c->takeover && c->own_sends == 1 && dec.verdict == RETRY_OK)
+		snprintf(reason, sizeof(reason), "takeover: re-sent after its lease expired");
 	add_row(c, a.status, retry_verdict_name(dec.verdict),
-		dec.verdict == RETRY_OK ? NULL : reason, 0, (int64_t)resp->total_ms);
+		dec.verdict == RETRY_OK && !(c->takeover && c->own_sends == 1) ? NULL : reason, 0,
+		(int64_t)resp->total_ms);
 	struct dial_result r = { .reason = dec.reason, .status = a.status };
+	if (dec.verdict == RETRY_RESEND && c->lease_lost)
+		dec.verdict = RETRY_UNKNOWN; /* not ours any more: ends DIAL_LEASE_LOST below */
 	switch (dec.verdict) {
 	case RETRY_OK:
 		provider_id(resp->body, pid, sizeof(pid));
@@ -385,7 +418,7 @@ static void answered(const struct http_client_response *resp, void *data)
 		uv_timer_start(&c->timer, resend_cb, dec.delay_ms, 0);
 		break;
 	case RETRY_UNKNOWN:
-		r.disposition = DIAL_UNKNOWN;
+		r.disposition = c->lease_lost ? DIAL_LEASE_LOST : DIAL_UNKNOWN;
 		finish(c, &r);
 		break;
 	case RETRY_REFUSED:
@@ -472,6 +505,7 @@ static void send_call(struct dcall *c)
 	int64_t waited = dial_now_ms(d) - (int64_t)c->queued_ms;
 
 	c->sends++;
+	c->own_sends++;
 	d->st.sends++;
 	if (c->sends > 1)
 		d->st.resends++;
@@ -495,8 +529,19 @@ void dial_lane_pump(struct dlane *l)
 	while (!list_empty(&l->queue) && !l->taking) {
 		struct dcall *c = list_entry(list_first(&l->queue), struct dcall, node);
 		int64_t now = dial_now_ms(d);
-		bool resend = c->sends > 0;
+		bool resend = c->own_sends > 0; /* a takeover's first send here is a first send */
 		uint64_t wait = 0;
+		if (c->lease_until_ms) {
+			enum dial_lease_gate lg = dial_lease_check(c, now);
+			if (lg == DIAL_LEASE_GONE) {
+				dial_finish_now(c, DIAL_LEASE_LOST);
+				continue;
+			}
+			if (lg == DIAL_LEASE_WAIT) {
+				lease_wait(c);
+				continue;
+			}
+		}
 		enum lane_gate g = d->fleet ? lane_check(&l->lane, now, resend, &wait)
 					    : lane_admit(&l->lane, now, resend, &wait);
 		if (g == LANE_STOPPED) {
@@ -549,6 +594,7 @@ int dial_new(const struct dial_options *o, struct dial **out)
 	d->rng = 0x9e3779b97f4a7c15ULL ^ (uint64_t)uv_hrtime();
 	list_init(&d->lanes);
 	list_init(&d->resend);
+	list_init(&d->care);
 	size_t ul = strlen(o->provider_url);
 	while (ul && o->provider_url[ul - 1] == '/')
 		ul--;
@@ -573,6 +619,11 @@ int dial_new(const struct dial_options *o, struct dial **out)
 	if ((rc = pg_pool_prepare(o->pool, SQL_ATTEMPTS, N_COLS, &d->attempts)) ||
 	    (rc = pg_pool_prepare(o->pool, SQL_MARK_UNKNOWN, 1, &d->unknown)))
 		goto fail;
+	if (o->owner && o->owner[0] && o->lease_ms) {
+		rc = -ENOMEM;
+		if (!(d->owner = strdup(o->owner)) || (rc = dial_lease_init(d)))
+			goto fail;
+	}
 	http_client_config_defaults(&hc);
 	hc.timeout_ms = d->o.timeout_ms;
 	hc.connect_timeout_ms = d->o.connect_timeout_ms;
@@ -583,9 +634,14 @@ int dial_new(const struct dial_options *o, struct dial **out)
 		goto fail;
 	uv_timer_init(o->loop, &d->flush);
 	d->flush.data = d;
+	if (d->owner) {
+		uv_timer_init(o->loop, &d->renew);
+		d->renew.data = d;
+	}
 	*out = d;
 	return 0;
 fail:
+	free(d->owner);
 	lane_fleet_free(d->fleet);
 	free(d->url);
 	free(d->callback);
@@ -595,7 +651,7 @@ fail:
 	return rc;
 }
 
-int dial_start(struct dial *d, const struct dial_call *in)
+static int call_new(struct dial *d, const struct dial_call *in, struct dcall **out)
 {
 	struct dcall *c;
 	struct dlane *l;
@@ -624,13 +680,59 @@ int dial_start(struct dial *d, const struct dial_call *in)
 				   .from = in->from ? c->from : NULL };
 	uv_timer_init(d->loop, &c->timer);
 	c->timer.data = c;
+	list_init(&c->care);
 	d->handles++;
+	*out = c;
+	return 0;
+}
+
+static void call_queue(struct dcall *c)
+{
+	struct dlane *l = c->lane;
+
 	c->queued = true;
-	c->queued_ms = (uint64_t)dial_now_ms(d);
+	c->queued_ms = (uint64_t)dial_now_ms(c->d);
 	list_add_tail(&l->queue, &c->node);
 	/* Sent from the lane's timer, never from inside this call (done_cb may run on a stop). */
 	if (!uv_is_active((uv_handle_t *)&l->timer))
 		uv_timer_start(&l->timer, lane_timer_cb, 0, 0);
+}
+
+int dial_start(struct dial *d, const struct dial_call *in)
+{
+	struct dcall *c;
+	int rc = call_new(d, in, &c);
+
+	if (rc)
+		return rc;
+	if (d->owner && in->contact)
+		dial_lease_hold(c, dial_now_ms(d) + (int64_t)d->o.lease_left_ms, 0);
+	call_queue(c);
+	return 0;
+}
+
+int dial_resend(struct dial *d, const struct dial_call *in, unsigned prior_sends,
+		int64_t lease_token, uint64_t lease_until_ms)
+{
+	struct dcall *c;
+	int rc;
+
+	if (!d->owner || !in || !in->call || !in->contact)
+		return -EINVAL;
+	if ((c = dial_lease_find(d, in->call))) { /* still ours here: the new lease is ours too */
+		c->lease_until_ms = (int64_t)lease_until_ms;
+		c->lease_token = lease_token;
+		c->lease_lost = false;
+		return 0;
+	}
+	if ((rc = call_new(d, in, &c)))
+		return rc;
+	c->takeover = true;
+	c->maybe_delivered = true;
+	c->sends = prior_sends ? prior_sends : 1;
+	d->st.takeovers++;
+	dial_lease_hold(c, (int64_t)lease_until_ms, lease_token);
+	call_queue(c);
 	return 0;
 }
 
@@ -648,12 +750,13 @@ bool dial_lane_stopped(struct dial *d, const char *org)
 
 void dial_maybe_done(struct dial *d)
 {
-	if (d->draining && d->drained_cb && !d->st.inflight && !d->n_rows && !d->flushing) {
+	if (d->draining && d->drained_cb && !d->st.inflight && !d->n_rows && !d->flushing &&
+	    !d->renewing) {
 		void (*cb)(void *) = d->drained_cb;
 		d->drained_cb = NULL;
 		cb(d->drained_data);
 	}
-	if (d->closing && !d->handles && !d->flushing && d->http == NULL) {
+	if (d->closing && !d->handles && !d->flushing && !d->renewing && d->http == NULL) {
 		void (*cb)(void *) = d->closed_cb;
 		void *data = d->closed_data;
 		free(d->rows);
@@ -662,6 +765,7 @@ void dial_maybe_done(struct dial *d)
 		free(d->callback);
 		free(d->provider);
 		free(d->auth);
+		free(d->owner);
 		free(d);
 		if (cb)
 			cb(data);
@@ -738,5 +842,10 @@ void dial_close(struct dial *d, void (*closed_cb)(void *data), void *data)
 	d->handles++;
 	d->flush.data = d;
 	uv_close((uv_handle_t *)&d->flush, handle_closed);
+	if (d->owner) {
+		d->handles++;
+		d->renew.data = d;
+		uv_close((uv_handle_t *)&d->renew, handle_closed);
+	}
 	http_client_close(d->http, client_closed, d); /* in-flight calls end DIAL_UNKNOWN */
 }

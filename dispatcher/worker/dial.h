@@ -28,6 +28,18 @@
  * not answer, the lane is paced by this worker's own bucket (lane_admit()), never unpaced.
  * Without a connection lanes are per worker (N workers may send N times a lane's rate).
  *
+ * Leases (SPEC C9, D1; dispatcher/worker/README.md, "Re-send of an orphaned call"). With
+ * dial_options.owner and lease_ms set, every call in the dialer's care (queued, in flight,
+ * waiting for a re-send) keeps its contact's lease: a call's lease is assumed to run lease_left_ms
+ * from dial_start() (the claim's lease less the slot wait), and renewed (one statement per tick
+ * of lease_ms / 4 for every call that needs it: contact dialing, lease_owner = owner, token as
+ * last seen) while the call stays. A send leaves only if the known lease covers its whole
+ * request (timeout + 1 s), so a worker that cannot renew stops sending before its lease expires
+ * in the database; a call whose renewal finds the lease gone (another worker took it over, or
+ * the call ended) or whose lease ran out here ends DIAL_LEASE_LOST. Another worker's sweep
+ * (sweep.h) takes over a call only once its lease has expired, and passes it to dial_resend():
+ * the same key, the same body, through the same lanes and retry table.
+ *
  * Async contract: done_cb is called exactly once per call accepted by dial_start(), from the
  * loop (never from inside dial_start()), also on dial_drain() and dial_close(). Everything passed
  * to it is borrowed for the callback only.
@@ -66,6 +78,8 @@ enum dial_disposition {
 	DIAL_STOPPED,	 /* the lane is stopped: release now, contact back to pending */
 	DIAL_UNKNOWN,	 /* outcome unknown, row marked unknown: slots stay until event/sweep */
 	DIAL_DRAINED,	 /* never sent (drain/close): release now, contact back to pending */
+	DIAL_LEASE_LOST, /* the contact's lease is not ours (any more): nothing to do here; the
+			  * call row keeps its slots and whoever holds the lease finishes it */
 };
 
 struct dial_result {
@@ -98,6 +112,11 @@ struct dial_options {
 	uint64_t lane_probe_ms;		     /* a stopped lane resumes after this (0: 300000) */
 	struct lane_config lane;	     /* per lane; lane_config_defaults() for SPEC D3's */
 	struct retry_policy policy;	     /* retry_policy_defaults() for SPEC D2's */
+	const char *owner;		     /* lease_owner of this worker's claims (copied);
+					      * NULL: no lease renewal, no send fence */
+	uint64_t lease_ms;		     /* the lease a claim or renewal writes; 0: none */
+	uint64_t lease_left_ms; /* lease assumed left at dial_start() (claim's lease less the
+				 * slot wait and the call-row write); 0: lease_ms / 2 */
 	dial_done_cb done_cb;
 	void *data;
 };
@@ -115,6 +134,9 @@ struct dial_stats {
 	uint64_t fleet_local;	/* sends paced by the local bucket: Redis did not answer */
 	uint64_t fleet_stops;	/* lanes found stopped fleet-wide (another worker's 401/403) */
 	uint64_t fleet_marks;	/* park / open / stop times written (or probes cleared) */
+	uint64_t takeovers;	/* calls taken over (dial_resend()) */
+	uint64_t renewed;	/* leases renewed (rows) */
+	uint64_t lease_lost;	/* calls ended DIAL_LEASE_LOST */
 };
 
 /* Creates the dialer (its HTTP client too) and prepares its statements on o->pool. *out is owned
@@ -124,6 +146,17 @@ int dial_new(const struct dial_options *o, struct dial **out);
 /* Starts placing c. Returns 0 (done_cb will be called), -EINVAL, -ESHUTDOWN (draining or
  * closing) or -ENOMEM. */
 int dial_start(struct dial *d, const struct dial_call *c);
+
+/* A call taken over from a worker whose lease expired (sweep.h): re-sent with its own key and
+ * body (c->call is the Idempotency-Key) as a re-send of a call that may already be placed
+ * (maybe_delivered: no definitive refusal on a failed connect or a throttle). prior_sends: its
+ * dial_attempts rows (the ledger's try numbers go on from there). lease_token and
+ * lease_until_ms (this loop's clock, from when the takeover statement was sent): the lease the
+ * takeover wrote. The lane's retry budget counts it as this worker's first send of the call. A
+ * call already in this dialer's care is not doubled: it adopts the new lease. Returns as
+ * dial_start(). */
+int dial_resend(struct dial *d, const struct dial_call *c, unsigned prior_sends,
+		int64_t lease_token, uint64_t lease_until_ms);
 
 /* Whether org's lane is stopped (401/403): the owner admits nothing for it meanwhile. */
 bool dial_lane_stopped(struct dial *d, const char *org);

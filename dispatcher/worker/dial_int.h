@@ -42,6 +42,13 @@ struct dcall {
 	unsigned sends, throttled;
 	enum lane_fleet_what fprobe; /* this send is the fleet's probe (PROBE_*), else GO */
 	int64_t fprobe_until;
+	struct list_node care;	/* d->care while leased (fenced) */
+	int64_t lease_until_ms; /* the lease known here (this loop's clock); 0: not fenced */
+	int64_t lease_token;	/* as last seen; 0: not known (renewal checks the owner) */
+	uint64_t renew_seq;	/* the renewal in flight that covers it, 0: none */
+	unsigned own_sends;	/* sends by this worker (the budget's first send vs re-send) */
+	bool takeover;		/* taken over from an expired lease (dial_resend()) */
+	bool lease_lost;	/* a renewal found the lease gone */
 	bool maybe_delivered, queued, inflight, resend_wait;
 	uint64_t queued_ms;
 	uv_timer_t timer; /* resend delay */
@@ -64,6 +71,12 @@ struct dial {
 	struct lane_fleet *fleet; /* NULL: lanes per worker */
 	bool fleet_down;	  /* logged: Redis did not answer a take, pacing locally */
 	struct list_node lanes, resend;
+	struct list_node care; /* fenced calls in care (dcall.care) */
+	const struct pg_stmt *renew_st;
+	char *owner;	  /* NULL: no fencing */
+	uv_timer_t renew; /* lease renewal tick */
+	uint64_t renew_seq;
+	unsigned renewing; /* renewal statements in flight */
 	struct row *rows;
 	uint32_t n_rows, cap_rows;
 	uv_timer_t flush; /* zero timer: the loop turn's attempt rows in one statement */
@@ -93,6 +106,20 @@ void dial_lane_pump(struct dlane *l);
 void dial_stop_lane_calls(struct dlane *l, enum dial_disposition disp);
 /* A stopped lane's probe timer: resumes the lane and pumps it. */
 void dial_probe_cb(uv_timer_t *t);
+
+/* dial_lease.c (dial.h, "Leases"). */
+enum dial_lease_gate { DIAL_LEASE_GO, DIAL_LEASE_WAIT, DIAL_LEASE_GONE };
+/* Prepares the renewal statement and the tick (dial_new(), when d->owner is set). */
+int dial_lease_init(struct dial *d);
+/* c is fenced from now on with the lease known to run until until_ms (token 0: unknown). */
+void dial_lease_hold(struct dcall *c, int64_t until_ms, int64_t token);
+/* Whether c may be sent at now: GO (its lease covers the request), WAIT (renewal asked; the
+ * caller retries shortly), GONE (lost, or run out here: end it DIAL_LEASE_LOST). */
+enum dial_lease_gate dial_lease_check(struct dcall *c, int64_t now);
+/* The fenced call in care with this id, NULL if none. */
+struct dcall *dial_lease_find(struct dial *d, const char *call);
+/* Ends a call now with disposition r (dial.c; takes it off any queue first). */
+void dial_finish_now(struct dcall *c, enum dial_disposition disp);
 
 /* dial_fleet.c. Whether a fleet token is at hand for one send of l now (one left from the last
  * take, or, while Redis does not answer, one of l's own bucket); false: a take is in flight (its

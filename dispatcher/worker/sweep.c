@@ -28,7 +28,8 @@ enum st {
 	ST_LEASE_LOCK,
 	ST_LEASE_BACK,
 	ST_OVERDUE,
-	ST_RET_LEASE,
+	ST_TAKEOVER,
+	ST_RET_LEASE, /* retention's statements last: its pass steps through them to ST_N */
 	ST_RET_EVENTS,
 	ST_RET_ATTEMPTS,
 	ST_RET_CALLS,
@@ -78,9 +79,31 @@ static const struct {
 			      " WHERE state = 'ended' AND ended_at < " CUTOFF
 			      " ORDER BY ended_at LIMIT $2::int)" HELD " RETURNING 1)"
 			      " SELECT count(*) FROM d" },
+	/* $1 owner, $2 lease ms, $3 limit, $4 max attempt rows. Locks the contacts of orphaned
+	 * calls whose lease expired (SKIP LOCKED: a call_end or a renewal holding one is
+	 * skipped; a row changed since the snapshot is re-checked on its newest version), moves
+	 * the lease here, and returns what the re-send needs from the call row. */
+	[ST_TAKEOVER] = { 4,
+			  "WITH t AS (SELECT c.id FROM calls k JOIN contacts c ON c.id ="
+			  " k.contact_id WHERE k.state IN ('dialing', 'unknown')"
+			  " AND k.provider_call_id IS NULL AND k.last_sequence IS NULL"
+			  " AND c.state = 'dialing' AND c.lease_until < now()"
+			  " AND (SELECT count(*) FROM dial_attempts a WHERE a.call_id = k.id)"
+			  " < $4::int ORDER BY c.lease_until LIMIT $3::int"
+			  " FOR UPDATE OF c SKIP LOCKED),"
+			  " u AS (UPDATE contacts c SET lease_owner = $1::text,"
+			  " lease_token = nextval('contacts_lease_token_seq'),"
+			  " lease_until = now() + make_interval(secs => $2::double precision"
+			  " / 1000), updated_at = now() FROM t WHERE c.id = t.id"
+			  " RETURNING c.id, c.lease_token)"
+			  " SELECT k.id::text, k.org_id, k.campaign_id, k.agent_id, k.contact_id,"
+			  " k.attempt, k.to_number, k.from_number, u.lease_token,"
+			  " (SELECT count(*) FROM dial_attempts a WHERE a.call_id = k.id)"
+			  " FROM u JOIN calls k ON k.contact_id = u.id"
+			  " AND k.state IN ('dialing', 'unknown')" },
 };
 
-enum job { JOB_LEASES, JOB_CALLS, JOB_RETENTION, JOB_N };
+enum job { JOB_LEASES, JOB_CALLS, JOB_RETENTION, JOB_RESEND, JOB_N };
 
 struct pass {
 	struct sweep *s;
@@ -93,6 +116,7 @@ struct pass {
 	uint32_t waiting;   /* calls: call_end requests not answered */
 	int status;	    /* calls: first failure of the page */
 	int table;	    /* retention: ST_RET_EVENTS.. */
+	int64_t sent_ms;    /* re-send: when the takeover statement was sent */
 };
 
 struct sweep {
@@ -110,7 +134,8 @@ struct sweep {
 	void *closed_data;
 };
 
-static const char *const job_names[JOB_N] = { "lease sweep", "call sweep", "retention" };
+static const char *const job_names[JOB_N] = { "lease sweep", "call sweep", "retention",
+					      "re-send sweep" };
 
 int sweep_new(const struct sweep_options *o, struct sweep **out)
 {
@@ -141,6 +166,16 @@ int sweep_new(const struct sweep_options *o, struct sweep **out)
 		s->o.retention_batch = 5000;
 	if (!s->o.retention_lease_s)
 		s->o.retention_lease_s = 300;
+	if (!s->o.resend_period_s)
+		s->o.resend_period_s = s->o.lease_sweep_s;
+	if (!s->o.resend_batch)
+		s->o.resend_batch = 100;
+	if (!s->o.resend_max_sends)
+		s->o.resend_max_sends = 4;
+	if (s->o.dial && s->o.lease_ms < 1000) {
+		free(s);
+		return -EINVAL;
+	}
 	for (int i = 0; i < ST_N && rc == 0; i++)
 		rc = pg_pool_prepare(o->pool, stmts[i].sql, stmts[i].nparams, &s->st[i]);
 	if (rc) {
@@ -176,13 +211,13 @@ static void pass_done(struct pass *p, int status)
 		LOG_AT(LOG_WARN, LOG_DIAL, NULL, "%s pass failed (%s): the next one tries again",
 		       job_names[p->job], dsp_strerror(status));
 	else if (p->rep.repended || p->rep.swept || p->rep.calls || p->rep.attempts ||
-		 p->rep.events)
+		 p->rep.events || p->rep.taken)
 		LOG_AT(LOG_INFO, LOG_DIAL, NULL,
 		       "%s: %" PRIu64 " contacts back (%" PRIu64 " held), %" PRIu64
-		       " calls swept, deleted %" PRIu64 " calls, %" PRIu64 " attempts, %" PRIu64
-		       " events",
-		       job_names[p->job], p->rep.repended, p->rep.held, p->rep.swept, p->rep.calls,
-		       p->rep.attempts, p->rep.events);
+		       " calls swept, %" PRIu64 " calls taken over for a re-send, deleted %" PRIu64
+		       " calls, %" PRIu64 " attempts, %" PRIu64 " events",
+		       job_names[p->job], p->rep.repended, p->rep.held, p->rep.swept, p->rep.taken,
+		       p->rep.calls, p->rep.attempts, p->rep.events);
 	s->running[p->job] = NULL;
 	if (p->cb)
 		p->cb(s, status, &p->rep, p->data);
@@ -417,6 +452,71 @@ static void retention_step(struct pass *p)
 	p->rep.statements++;
 }
 
+/* --- re-send of orphaned calls --- */
+
+static void resend_page(struct pass *p);
+
+static void taken_cb(int status, const struct pg_results *r, void *data)
+{
+	struct pass *p = data;
+	struct sweep *s = p->s;
+	const PGresult *res;
+	int n;
+
+	if (status) {
+		pass_done(p, status);
+		return;
+	}
+	res = r->res[0];
+	n = PQntuples(res);
+	for (int i = 0; i < n; i++) {
+		struct dial_call c = {
+			.call = PQgetvalue(res, i, 0),
+			.org = PQgetvalue(res, i, 1),
+			.campaign = PQgetisnull(res, i, 2) ? NULL : PQgetvalue(res, i, 2),
+			.agent = PQgetvalue(res, i, 3),
+			.contact = strtoll(PQgetvalue(res, i, 4), NULL, 10),
+			.attempt = (int32_t)strtol(PQgetvalue(res, i, 5), NULL, 10),
+			.to = PQgetvalue(res, i, 6),
+			.from = PQgetisnull(res, i, 7) ? NULL : PQgetvalue(res, i, 7),
+		};
+		int64_t token = strtoll(PQgetvalue(res, i, 8), NULL, 10);
+		unsigned prior = (unsigned)strtoul(PQgetvalue(res, i, 9), NULL, 10);
+		int rc = dial_resend(s->o.dial, &c, prior, token,
+				     (uint64_t)p->sent_ms + s->o.lease_ms);
+		if (rc) /* the lease taken here expires and another sweep takes it */
+			LOG_AT(LOG_WARN, LOG_DIAL,
+			       (&(const struct log_ids){ .org = c.org, .call = c.call }),
+			       "orphaned call not re-sent here (%s)", dsp_strerror(rc));
+		else
+			p->rep.taken++;
+	}
+	if ((uint32_t)n < s->o.resend_batch || s->closing)
+		pass_done(p, 0);
+	else
+		resend_page(p);
+}
+
+static void resend_page(struct pass *p)
+{
+	struct sweep *s = p->s;
+	char lease[24], limit[16], max[16];
+	const char *v[4] = { s->worker, lease, limit, max };
+	struct pg_query q = { .stmt = s->st[ST_TAKEOVER], .nparams = 4, .values = v };
+	int rc;
+
+	snprintf(lease, sizeof(lease), "%" PRIu64, s->o.lease_ms);
+	snprintf(limit, sizeof(limit), "%" PRIu32, s->o.resend_batch);
+	snprintf(max, sizeof(max), "%" PRIu32, s->o.resend_max_sends);
+	p->sent_ms = (int64_t)uv_now(s->loop);
+	rc = pg_pool_exec(s->pool, PG_LANE_NORMAL, &q, taken_cb, p);
+	if (rc) {
+		pass_done(p, rc);
+		return;
+	}
+	p->rep.statements++;
+}
+
 /* --- passes and timers --- */
 
 static int run(struct sweep *s, enum job job, sweep_done_cb cb, void *data)
@@ -427,6 +527,8 @@ static int run(struct sweep *s, enum job job, sweep_done_cb cb, void *data)
 		return -ESHUTDOWN;
 	if (s->running[job])
 		return -EBUSY;
+	if (job == JOB_RESEND && !s->o.dial)
+		return -EINVAL;
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
@@ -436,6 +538,8 @@ static int run(struct sweep *s, enum job job, sweep_done_cb cb, void *data)
 		lease_batch(p);
 	else if (job == JOB_CALLS)
 		calls_page(p);
+	else if (job == JOB_RESEND)
+		resend_page(p);
 	else
 		retention_step(p);
 	return 0;
@@ -456,6 +560,11 @@ int sweep_run_retention(struct sweep *s, sweep_done_cb cb, void *data)
 	return run(s, JOB_RETENTION, cb, data);
 }
 
+int sweep_run_resend(struct sweep *s, sweep_done_cb cb, void *data)
+{
+	return run(s, JOB_RESEND, cb, data);
+}
+
 static void on_timer(uv_timer_t *t)
 {
 	struct sweep *s = t->data;
@@ -466,8 +575,8 @@ static void on_timer(uv_timer_t *t)
 
 void sweep_start(struct sweep *s)
 {
-	uint64_t periods[JOB_N] = { s->o.lease_sweep_s, s->o.call_sweep_s,
-				    s->o.retention_period_s };
+	uint64_t periods[JOB_N] = { s->o.lease_sweep_s, s->o.call_sweep_s, s->o.retention_period_s,
+				    s->o.dial ? s->o.resend_period_s : 0 };
 
 	for (int i = 0; i < JOB_N; i++)
 		if (periods[i])

@@ -11,6 +11,16 @@
  * gone (gate_pg.h: GATE_PG_LEASE_LOST). A contact whose call row exists is never re-pended: it
  * is finished by its events, a re-send with the stored key, or the maximum-duration sweep.
  *
+ * Re-send of orphaned calls (C9, D1), every worker with a dialer (sweep_options.dial): calls
+ * dialing or unknown with no event yet (no provider_call_id, no sequence), fewer than
+ * resend_max_sends dial_attempts rows, whose contact's lease has expired (its owner stopped
+ * renewing: dead, or cut off from PostgreSQL — dial.h, "Leases"). ONE statement per page locks
+ * those contacts (FOR UPDATE SKIP LOCKED; the expiry re-checked on the newest row version) and
+ * moves the lease to this worker (owner, a fresh token, lease_until = now() + lease_ms), so two
+ * sweepers never take the same call and the old owner's renewal fails; each call taken is
+ * handed to dial_resend(): the same Idempotency-Key and body, from the call row. Its slots stay
+ * held throughout (the call row holds them); a definitive refusal ends it through call_end.
+ *
  * Maximum-duration sweep (R7), every worker: calls dialing, live or unknown created more than
  * max_call_s ago are ended through call_end (outcome 'swept', disposition BY_POLICY: the
  * contact follows the campaign's retry policy), call_batch at a time. call_end ends each one
@@ -30,6 +40,7 @@
 #define DSP_WORKER_SWEEP_H
 
 #include "call_end.h"
+#include "dial.h"
 #include "pg_pool.h"
 
 #include <stdbool.h>
@@ -52,6 +63,13 @@ struct sweep_options {
 	uint32_t retention_days;     /* [30] */
 	uint32_t retention_batch;    /* rows per delete [5000] */
 	uint64_t retention_lease_s;  /* the retention lease's length [300] */
+	struct dial *dial;	     /* borrowed (outlives the sweep); NULL: no re-send job */
+	uint64_t lease_ms;	     /* the lease a takeover writes (with dial) */
+	uint64_t resend_period_s;    /* re-send sweep period [lease_sweep_s], 0 with
+				      * lease_sweep_s 0: not periodic */
+	uint32_t resend_batch;	     /* calls per takeover statement [100] */
+	uint32_t resend_max_sends;   /* calls with this many attempt rows are left to their
+				      * events or the maximum-duration sweep (D2) [4] */
 };
 
 /* What one pass did. */
@@ -60,6 +78,7 @@ struct sweep_report {
 	uint64_t held;	     /* lease sweeper: of which to held (paused) */
 	uint64_t swept;	     /* maximum-duration: calls this pass ended (call_end ENDED) */
 	uint64_t found;	     /* maximum-duration: overdue calls found */
+	uint64_t taken;	     /* re-send: calls taken over and handed to the dialer */
 	bool elected;	     /* retention: this worker held the lease */
 	uint64_t calls;	     /* retention: call rows deleted */
 	uint64_t attempts;   /* retention: dial_attempts rows deleted */
@@ -82,6 +101,8 @@ void sweep_start(struct sweep *s);
 int sweep_run_leases(struct sweep *s, sweep_done_cb cb, void *data);
 int sweep_run_calls(struct sweep *s, sweep_done_cb cb, void *data);
 int sweep_run_retention(struct sweep *s, sweep_done_cb cb, void *data);
+/* -EINVAL without a dialer. */
+int sweep_run_resend(struct sweep *s, sweep_done_cb cb, void *data);
 
 /* Stops the timers, lets running passes finish (closing the pool or call_end cancels them),
  * frees s and calls closed_cb (may be NULL). */

@@ -160,6 +160,7 @@ int worker_dial_end(const struct dial_result *r, struct call_end_req *out, char 
 		return 0;
 	case DIAL_PLACED:
 	case DIAL_UNKNOWN:
+	case DIAL_LEASE_LOST: /* whoever holds the lease finishes it */
 		break;
 	}
 	return -EINVAL;
@@ -319,8 +320,9 @@ static void on_dial(struct dial *d, const struct dial_result *r, void *data)
 	struct worker *w = data;
 
 	(void)d;
-	if (r->disposition == DIAL_PLACED || r->disposition == DIAL_UNKNOWN)
-		return; /* the events (or the sweep) end the call */
+	if (r->disposition == DIAL_PLACED || r->disposition == DIAL_UNKNOWN ||
+	    r->disposition == DIAL_LEASE_LOST)
+		return; /* the events (or the sweep, or the lease's new holder) end the call */
 	w->dial_hook(w, r, w->dial_hook_data);
 }
 
@@ -641,6 +643,8 @@ static int build_jobs(struct worker *w)
 				     .lane_probe_ms = o->lane_probe_ms,
 				     .redis = w->conn, /* fleet-wide lanes (lane_fleet.h) */
 				     .scripts = w->reg,
+				     .owner = o->worker_id, /* leases of calls in care (dial.h) */
+				     .lease_ms = o->lease_ms,
 				     .done_cb = on_dial,
 				     .data = w };
 	int rc;
@@ -658,6 +662,10 @@ static int build_jobs(struct worker *w)
 				     .retention_days = (uint32_t)o->retention_days };
 	if (rf.period_ms && rf.period_ms * 3 > REFRESHER_LEASE_MS)
 		rf.lease_ms = rf.period_ms * 3;
+	/* A contact reaches the dialer at most two slot waits (claimed set, then the waiting
+	 * admission) and one call-row write after its claim. */
+	if (o->lease_ms > 2 * o->slot_wait_ms + GATE_PG_WRITE_DEADLINE_MS)
+		dopt.lease_left_ms = o->lease_ms - 2 * o->slot_wait_ms - GATE_PG_WRITE_DEADLINE_MS;
 	lane_config_defaults(&dopt.lane);
 	dopt.lane.rate_per_s = o->lane_rate_per_s;
 	if (o->lane_burst)
@@ -674,6 +682,9 @@ static int build_jobs(struct worker *w)
 		.loop = w->loop, .pool = w->pool, .ends = w->ends, .secret = o->webhook_secret
 	};
 	swo.ends = w->ends;
+	swo.dial = w->dial; /* re-send of orphaned calls (sweep.h) */
+	swo.lease_ms = o->lease_ms;
+	swo.resend_max_sends = dopt.policy.server_tries;
 	if ((rc = events_new(&eo, &w->ev)) || (rc = sweep_new(&swo, &w->sweep)))
 		return rc;
 	struct select_options so = { .loop = w->loop,

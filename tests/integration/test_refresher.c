@@ -1188,6 +1188,113 @@ static void test_kick_coalesced(void **state)
 	side_close(&s, &env);
 }
 
+/* n call rows of org in state, of campaign (NULL: direct dials) on agent, admitted in the
+ * current mode and epoch. */
+static void calls_add(const char *org, const char *campaign, const char *agent, int n,
+		      const char *state)
+{
+	char camp[80] = "NULL";
+	if (campaign)
+		snprintf(camp, sizeof(camp), "'%s'", campaign);
+	gp_sql(admin,
+	       "INSERT INTO calls (id, org_id, campaign_id, agent_id, to_number, state, gate_mode,"
+	       " gate_epoch, ended_at) SELECT gen_random_uuid(), '%s', %s, '%s', '+14155550100',"
+	       " '%s', gate_mode, gate_epoch, CASE WHEN '%s' = 'ended' THEN now() END"
+	       " FROM system_settings, generate_series(1, %d)",
+	       org, camp, agent, state, state, n);
+}
+
+static long long pg_floor(const char *org, const char *campaign)
+{
+	return gp_int(admin,
+		      "SELECT coalesce((SELECT floor FROM fair_share_floors WHERE org_id = '%s'"
+		      " AND campaign_id = '%s'), 0)",
+		      org, campaign);
+}
+
+/* Whether admin got a NOTIFY on channel with payload since the last call. */
+static bool notified(const char *channel, const char *payload)
+{
+	bool seen = false;
+	PGnotify *n;
+
+	gp_sql(admin, "SELECT 1"); /* a transaction's end reads the notification queue */
+	while ((n = PQnotifies(admin))) {
+		seen = seen || (!strcmp(n->relname, channel) && !strcmp(n->extra, payload));
+		PQfreemem(n);
+	}
+	return seen;
+}
+
+/* SPEC C11: during a Redis outage the fleet keeps dialling with the limits held, fair share
+ * included. With the gate in postgres mode (Redis up but holding none of the calls), a refresh
+ * counts the running calls from the call rows and installs the floors where the postgres-mode
+ * gate reads them: org_limit 20, campaign c0 with 7 live calls (dialing, live, unknown) and 2
+ * due, c1 with 10 live and 2 due, a direct call and ended calls beside them. Needs 9 and 12
+ * (R2), so the max-min floors are 9 and 11 — from Redis' counts (none) they would be 2 and 2.
+ * Nothing goes to Redis, and the postgres-mode waiters are woken. Then, back in redis mode with
+ * Redis not answering, the refresher falls back to the call rows the same way. */
+static void test_pg_mode_counts(void **state)
+{
+	(void)state;
+	const char *orgs[] = { "opm", "opx", NULL };
+	seed_orgs(orgs, 2, 2);
+	gp_sql(admin, "UPDATE system_settings SET gate_mode = 'postgres',"
+		      " gate_epoch = gate_epoch + 1");
+	calls_add("opm", "opm_c0", "opm_a0", 3, "dialing");
+	calls_add("opm", "opm_c0", "opm_a0", 2, "live");
+	calls_add("opm", "opm_c0", "opm_a0", 2, "unknown");
+	calls_add("opm", "opm_c0", "opm_a0", 4, "ended");
+	calls_add("opm", "opm_c1", "opm_a1", 10, "live");
+	calls_add("opm", NULL, "opm_a0", 1, "live");
+	calls_add("opx", "opx_c0", "opx_a0", 5, "live");
+	gp_sql(admin, "LISTEN " GATE_PG_CHANNEL_FREE);
+	(void)notified("", "");
+
+	struct refresher_options o = { .owner = "PM", .manual = true, .lease_ms = 5000 };
+	struct side s;
+	side_open(&s, &env, "refr-pm", 1, &o);
+	assert_int_equal(step_sync(&env, s.r[0], 0), 0);
+	assert_int_equal(pg_floor("opm", "opm_c0"), 9);
+	assert_int_equal(pg_floor("opm", "opm_c1"), 11);
+	assert_true(gp_int(admin, "SELECT version FROM fair_share_installs WHERE org_id = 'opm'") >
+		    0);
+	struct view_copy v;
+	assert_int_equal(genv_read(&env, "opm", &v), 0);
+	assert_int_equal(v.v.floors_version, 0); /* nothing installed in Redis */
+	assert_true(notified(GATE_PG_CHANNEL_FREE, "opm"));
+	struct refresher_stats st;
+	refresher_get_stats(s.r[0], &st);
+	assert_int_equal(st.pg_counts, 2);
+	assert_int_equal(st.redis_fallbacks, 0);
+	assert_int_equal(st.pg_only_installs, 2);
+	assert_int_equal(st.pg_wakes, 2);
+	assert_int_equal(st.installs, 0);
+	side_close(&s, &env);
+
+	/* Redis mode, Redis not answering: two more live calls of c0 make the needs 11 and 12,
+	 * the floors 10 and 10, counted from the call rows; again only in PostgreSQL. */
+	gp_sql(admin,
+	       "UPDATE system_settings SET gate_mode = 'redis', gate_epoch = gate_epoch + 1");
+	gp_sql(admin, "UPDATE leases SET owner = NULL, lease_until = '-infinity'"
+		      " WHERE name = 'refresher'");
+	calls_add("opm", "opm_c0", "opm_a0", 2, "dialing");
+	struct gate_env dead;
+	genv_open(&dead, "redis://127.0.0.1:1", "refresher-dead", false);
+	side_open(&s, &dead, "refr-pd", 1, &o);
+	assert_int_equal(step_sync(&dead, s.r[0], 0), 0);
+	assert_int_equal(pg_floor("opm", "opm_c0"), 10);
+	assert_int_equal(pg_floor("opm", "opm_c1"), 10);
+	assert_false(notified(GATE_PG_CHANNEL_FREE, "opm")); /* redis mode: no NOTIFY */
+	refresher_get_stats(s.r[0], &st);
+	assert_int_equal(st.redis_fallbacks, 2);
+	assert_int_equal(st.pg_counts, 2);
+	assert_int_equal(st.pg_only_installs, 2);
+	side_close(&s, &dead);
+	genv_close(&dead);
+	gp_sql(admin, "UNLISTEN *");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1205,6 +1312,7 @@ int main(void)
 		cmocka_unit_test(test_kick_publish),
 		cmocka_unit_test(test_kick_coalesced),
 		cmocka_unit_test(test_plain_sql_limits),
+		cmocka_unit_test(test_pg_mode_counts),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
