@@ -72,12 +72,23 @@ int pg_pool_start(struct pg_pool *pool);
 
 /* Routes one statement, a batch, or a script to a connection of lane (see pg_conn_exec(),
  * pg_conn_batch(), pg_conn_script()); -ENOTCONN when no connection is up. */
-/* Put first in a batch (one implicit transaction) whose statements take arrays as parameters:
- * the planner otherwise plans such a prepared statement afresh on every execution (its custom
- * plan, costed on the arrays' real lengths, always looks cheaper than the generic one), which
- * measured 1.2 ms of planning per execution on the worker's batched writes. Scoped to the
- * batch's transaction (set_config's is_local), so other statements keep the default. */
-#define PG_SQL_GENERIC_PLANS "SELECT set_config('plan_cache_mode', 'force_generic_plan', true)"
+/* Put first in a batch (one implicit transaction) whose statements take arrays as parameters
+ * and join them to tables by key (the worker's batched writes). Two measured faults of the
+ * default planner with such statements:
+ * - a prepared statement is planned afresh on every execution (its custom plan, costed on the
+ *   arrays' real lengths, always looks cheaper than the generic one): 1.2 ms of planning per
+ *   execution;
+ * - a generic plan costs an array parameter at 100 elements and hashes the table instead
+ *   (one sequential scan of `calls` per call on a table of a few thousand rows).
+ * So: the generic plan, built with nested loops over the indexes, which is what a batch of a
+ * few hundred keys at most wants. Scoped to the batch's transaction (set_config's is_local);
+ * other statements keep the defaults. PG_SQL_BATCH_PLANS_COLS is the select list, for a
+ * statement that has other work to do (call_end's epoch lock). */
+#define PG_SQL_BATCH_PLANS_COLS                                                                    \
+	"set_config('plan_cache_mode', 'force_generic_plan', true),"                               \
+	" set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),"\
+	" set_config('enable_seqscan', 'off', true)"
+#define PG_SQL_BATCH_PLANS "SELECT " PG_SQL_BATCH_PLANS_COLS
 
 int pg_pool_exec(struct pg_pool *pool, enum pg_lane lane, const struct pg_query *q, pg_result_cb cb,
 		 void *data);

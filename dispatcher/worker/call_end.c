@@ -21,9 +21,9 @@
 #define CALL_END_INFLIGHT_MAX 2
 
 /* The epoch lock, shared: the end never interleaves with a mode switch or a rebuild; and the
- * end's generic plan (PG_SQL_GENERIC_PLANS, pg_pool.h: 1.2 ms of planning per batch before). */
-static const char sql_lock[] = "SELECT pg_advisory_xact_lock_shared(" EPOCH_LOCK_SQL "),"
-			       " set_config('plan_cache_mode', 'force_generic_plan', true)";
+ * end's plan (PG_SQL_BATCH_PLANS, pg_pool.h). */
+static const char sql_lock[] = "SELECT pg_advisory_xact_lock_shared(" EPOCH_LOCK_SQL "), "
+			       PG_SQL_BATCH_PLANS_COLS;
 
 /* $1 call ids, $2 outcomes, $3 reasons, $4 dispositions, $5 delays (ms). Per call, in order:
  * 'e' ended now / 'a' already ended / 'u' no row; the org (e); the contact's new state (e, when

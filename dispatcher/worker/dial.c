@@ -51,6 +51,10 @@ static int64_t unix_ms(void)
 
 /* ---- the attempt ledger ---- */
 
+#define LEDGER_INFLIGHT_MAX 2 /* INSERTs in flight at most */
+
+static void flush_rows(uv_timer_t *t);
+
 static void flush_done(int status, const struct pg_results *r, void *data)
 {
 	struct dial *d = data;
@@ -61,6 +65,8 @@ static void flush_done(int status, const struct pg_results *r, void *data)
 	if (status)
 		log_warn(LOG_DIAL, "dial_attempts insert failed: %s", dsp_strerror(status));
 	d->flushing--;
+	if (d->n_rows)
+		uv_timer_start(&d->flush, flush_rows, 0, 0);
 	dial_maybe_done(d);
 	(void)n;
 }
@@ -73,7 +79,8 @@ static void flush_rows(uv_timer_t *t)
 	const char *v[N_COLS];
 	int rc = -ENOMEM;
 
-	if (!n)
+	/* group commit, as call_end and events: under load the rows wait for an answer */
+	if (!n || d->flushing >= LEDGER_INFLIGHT_MAX)
 		return;
 	for (int k = 0; k < N_COLS; k++)
 		pgarr_init(&a[k]);

@@ -115,7 +115,7 @@ int events_new(const struct events_options *o, struct events **out)
 	list_init(&ev->queue);
 	rc = pg_pool_prepare(o->pool, sql_record, 5, &ev->st);
 	if (!rc)
-		rc = pg_pool_prepare(o->pool, PG_SQL_GENERIC_PLANS, 0, &ev->st_generic);
+		rc = pg_pool_prepare(o->pool, PG_SQL_BATCH_PLANS, 0, &ev->st_generic);
 	if (rc) {
 		free(ev->secret);
 		free(ev);
