@@ -29,8 +29,9 @@ struct embedded_options {
 	bool redis;	/* start Redis */
 	bool tcp;	/* also listen on free loopback ports (for proxies, wrk, curl) */
 	bool keep_logs; /* print the path of the logs instead of deleting them on failure */
-	bool pg_stat_statements; /* preload pg_stat_statements (bench/worker: statements per
-				  * cycle; the caller creates the extension) [off] */
+	bool pg_stat_statements; /* preload pg_stat_statements with track_planning on
+				  * (bench/worker: statements per cycle, where PostgreSQL spends);
+				  * the caller creates the extension [off] */
 };
 
 struct embedded {

@@ -17,13 +17,13 @@
 #include <stdint.h>
 
 struct stub_handoff {
-	uint32_t lines;		/* 0: off */
-	uint32_t head, len;	/* the FIFO of event times in fifo[lines] */
-	uint64_t *fifo;		/* ns */
-	uint32_t *us;		/* samples, µs (UINT32_MAX when longer) */
+	uint32_t lines;	    /* 0: off */
+	uint32_t head, len; /* the FIFO of event times in fifo[lines] */
+	uint64_t *fifo;	    /* ns */
+	uint32_t *us;	    /* samples, µs (UINT32_MAX when longer) */
 	size_t n, cap;
-	uint64_t dropped;	/* FIFO entries given up (a line idle without its event) */
-	uint64_t lost;		/* samples not stored (out of memory) */
+	uint64_t dropped; /* FIFO entries given up (a line idle without its event) */
+	uint64_t lost;	  /* samples not stored (out of memory) */
 };
 
 /* Starts (again) with lines lines (0: off): forgets the FIFO and the samples. Returns 0 or
