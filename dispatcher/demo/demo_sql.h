@@ -69,8 +69,8 @@
 /* Statements executed and their rows since the reset, the demo's own left out. */
 #define DEMO_SQL_STMT_TOTALS                                                                       \
 	DEMO_PROBE                                                                                 \
-		"SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0) FROM pg_stat_statements"   \
-		" WHERE query NOT LIKE '%demo-probe%'"
+	"SELECT coalesce(sum(calls), 0), coalesce(sum(rows), 0) FROM pg_stat_statements"           \
+	" WHERE query NOT LIKE '%demo-probe%'"
 
 /* Where PostgreSQL spends: the top statements by execution + planning time. */
 #define DEMO_SQL_STMT_TOP                                                                          \
