@@ -92,6 +92,8 @@ struct demo {
 	long rss_kib[DEMO_WORKERS_MAX];
 };
 
+static void bench_snap_rest(struct demo *d, struct bench_snap *b);
+
 /* ---- the stub's ground truth ---- */
 
 static double num(const cJSON *j, const char *k)
@@ -139,10 +141,13 @@ static void on_stats(const struct http_client_response *r, void *data)
 	if (r->cls != HTTP_CLIENT_OK || r->status != 200 || !snap_parse(r->body, &s))
 		return;
 	d->now = s;
-	if (d->b_armed) {
-		d->b_armed->stub = s;
-		d->b_armed->stub_have = true;
+	if (d->b_armed) { /* the window's end: the other counters at the same moment */
+		struct bench_snap *b = d->b_armed;
+
 		d->b_armed = NULL;
+		b->stub = s;
+		b->stub_have = true;
+		bench_snap_rest(d, b);
 	}
 	if (d->joined && !d->at_join.have)
 		d->at_join = s; /* the first reading after the late campaign's commit */
@@ -439,19 +444,25 @@ static void handoff_send(struct demo *d, bool arm)
 		d->b_ho_done = true;
 }
 
-/* One end of the window: the counters now (PostgreSQL and CPU at once, Redis and the stub by
- * their next replies). At the start, pg_stat_statements is emptied after the counters. */
-static void bench_snap_take(struct demo *d, struct bench_snap *b, bool start)
+/* One end of the window: the next GET /stats sent, then, when it answers, the other counters
+ * at once (bench_snap_rest), so that one interval holds for all of them. */
+static void bench_snap_take(struct demo *d, struct bench_snap *b)
+{
+	d->b_want = b;
+	d->b_armed = NULL;
+}
+
+/* PostgreSQL and CPU now, Redis by its next reply. At the start, pg_stat_statements is emptied
+ * after the counters. */
+static void bench_snap_rest(struct demo *d, struct bench_snap *b)
 {
 	demo_db_counters(d->pg, &b->xact, &b->rows);
-	if (start)
+	if (b == &d->b0)
 		demo_stmt_reset(d->pg);
 	else
 		demo_stmt_totals(d->pg, &b->stmts, &b->stmt_rows);
 	cpu_read(d, b->cpu);
 	redis_conn_command(d->redis, on_info, b, "INFO stats commandstats");
-	d->b_want = b;
-	d->b_armed = NULL;
 }
 
 static void bench_tick(struct demo *d, uint64_t now)
@@ -460,9 +471,13 @@ static void bench_tick(struct demo *d, uint64_t now)
 	case B_WARM:
 		if (!d->b_first && d->now.placed > 0)
 			d->b_first = now;
-		if (d->b_first && now - d->b_first >= (uint64_t)d->o.warmup_s * 1000) {
+		/* --warmup-s from the first call, and until all the lines were busy once (the
+		 * ramp), but at most twice the longest call longer */
+		uint64_t warm = (uint64_t)d->o.warmup_s * 1000, ramp = 2ULL * d->o.hold_max_ms;
+		if (d->b_first && now - d->b_first >= warm &&
+		    (d->now.org_max >= d->o.lines || now - d->b_first >= warm + ramp)) {
 			handoff_send(d, true);
-			bench_snap_take(d, &d->b0, true);
+			bench_snap_take(d, &d->b0);
 			d->b_t0 = d->b_due_at = now;
 			d->b_phase = B_WINDOW;
 		}
@@ -482,17 +497,17 @@ static void bench_tick(struct demo *d, uint64_t now)
 		}
 		if (!end)
 			return;
-		bench_snap_take(d, &d->b1, false);
+		bench_snap_take(d, &d->b1);
 		handoff_send(d, false);
 		for (unsigned i = 0; i < d->procs.n_workers; i++)
 			d->rss_kib[i] = rss_hwm_kib(d->procs.workers[i]);
-		demo_stmt_top(d->pg, stdout);
 		d->b_t1 = now;
 		d->b_phase = B_COLLECT;
 		return;
 	}
 	case B_COLLECT:
 		if ((d->b1.stub_have && d->b1.redis_have && d->b_ho_done) || now - d->b_t1 > 5000) {
+			demo_stmt_top(d->pg, stdout);
 			d->b_phase = B_DONE;
 			d->ending = true;
 		}
