@@ -8,7 +8,7 @@
 #   full:    1 and 3 workers x 20 and 200 lines x calls of 1 ms, 100 ms and 2 s; warm-up 3 s,
 #            window 30 s (12 cells, about 10 minutes)
 #   --quick: 1 and 3 workers x 20 and 200 lines x calls of 1 ms and 2 s; 10,000 contacts per
-#            campaign, warm-up 2 s, window 8 s (8 cells, about 4 minutes)
+#            campaign, warm-up 2 s, window 8 s (8 cells, 3-4 minutes)
 # Writes the table to bench/out/worker-<stamp>.txt (gitignored) and each cell's log (its
 # summary, the "bench:" line and PostgreSQL's top statements) next to it. Columns: bench/RESULTS.md, "Worker".
 set -euo pipefail
