@@ -46,7 +46,8 @@ static void seed(void)
 	snprintf(q, sizeof(q),
 		 "INSERT INTO campaigns (id, org_id, agent_id) SELECT 'c' || lpad(k::text, 3, '0'),"
 		 " 'o1', 'a1' FROM generate_series(1, %d) k;"
-		 " INSERT INTO batches (id, org_id, campaign_id) SELECT 'b' || lpad(k::text, 3, '0'),"
+		 " INSERT INTO batches (id, org_id, campaign_id) SELECT 'b' || lpad(k::text, 3, "
+		 "'0'),"
 		 " 'o1', 'c' || lpad(k::text, 3, '0') FROM generate_series(1, %d) k;"
 		 " INSERT INTO contacts (org_id, campaign_id, batch_id, phone) SELECT 'o1',"
 		 " 'c' || lpad(k::text, 3, '0'), 'b' || lpad(k::text, 3, '0'),"
@@ -90,8 +91,7 @@ static void many_campaigns_all_dialled(void **state)
 	worker_pid = fixture_spawn_dispatcher(args, NULL);
 
 	long long t0 = fixture_now_ms(), deadline = t0 + WAIT_MS, done = 0;
-	while ((done = sql_int("SELECT count(*) FROM contacts WHERE state = 'done'")) <
-		       CONTACTS &&
+	while ((done = sql_int("SELECT count(*) FROM contacts WHERE state = 'done'")) < CONTACTS &&
 	       fixture_now_ms() < deadline)
 		fixture_sleep_ms(200);
 	long long dialled = sql_int("SELECT count(DISTINCT campaign_id) FROM calls");
@@ -112,10 +112,11 @@ static void many_campaigns_all_dialled(void **state)
 		      done, CONTACTS, dialled, CAMPAIGNS, fixture_now_ms() - t0, cover,
 		      old_last - young_first);
 	if (getenv("TEST_DEBUG")) {
-		PGresult *r = fixture_sql(db, "SELECT string_agg(campaign_id || '@' || r, ' ' ORDER BY r DESC)"
-					  " FROM (SELECT campaign_id, min(rn) r FROM (SELECT campaign_id,"
-					  " row_number() OVER (ORDER BY created_at) rn FROM calls) x"
-					  " GROUP BY campaign_id) y");
+		PGresult *r = fixture_sql(
+			db, "SELECT string_agg(campaign_id || '@' || r, ' ' ORDER BY r DESC)"
+			    " FROM (SELECT campaign_id, min(rn) r FROM (SELECT campaign_id,"
+			    " row_number() OVER (ORDER BY created_at) rn FROM calls) x"
+			    " GROUP BY campaign_id) y");
 		print_message("first calls: %s\n", PQgetvalue(r, 0, 0));
 		PQclear(r);
 	}
