@@ -349,9 +349,10 @@ static void propose(struct sadmit *a)
 	a->n = 0;
 	if (drr_propose(&o->drr, 0, a->slots, SEL_WALK_MAX, &a->n_slots))
 		a->n_slots = 0;
-	/* The walk stops at a campaign whose contacts the claim in flight is fetching: it will be
-	 * ready in a moment, and admitting one after it would pass its turn. */
-	for (uint32_t k = 0; k < a->n_slots; k++) {
+	/* In a large org the walk stops at a campaign whose contacts the claim in flight is
+	 * fetching: it will be ready in a moment, and admitting one after it would pass its turn
+	 * (a small org claims for all its campaigns at once and keeps contacts for several turns). */
+	for (uint32_t k = 0; o->n_camps > CLAIM_CAMPAIGNS_MAX && k < a->n_slots; k++) {
 		const struct scamp *cp = o->camps[a->slots[k]];
 		if (cp->asked && cp->n == 0) {
 			a->n_slots = k;

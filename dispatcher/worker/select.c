@@ -330,12 +330,14 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 	if (nb)
 		hand_back_list(s, back, nb);
 	free(back);
-	/* A campaign that gave fewer than asked has none left to claim now: the next claims go
-	 * further along the ring until the next demand scan says otherwise. */
+	/* In a large org, a campaign that gave nothing has none left to claim now: the next claims
+	 * go further along the ring until the next demand scan says otherwise. (A small org asks
+	 * all its campaigns in each statement; there a campaign is asked again at once, as a
+	 * concurrent claim of another worker may have held its rows.) */
 	for (uint32_t i = 0; i < o->n_asked; i++) {
 		struct scamp *cp = o->asked[i];
 		cp->asked = false;
-		cp->dry = cp->got < o->asked_n[i];
+		cp->dry = o->n_camps > CLAIM_CAMPAIGNS_MAX && cp->got == 0;
 		cp->got = 0;
 	}
 	o->n_asked = 0;
