@@ -372,7 +372,7 @@ static int pg_spawn(struct embedded *e)
 			  * they grow, or the plans prepared on empty tables (seq scans) stay
 			  * cached until the first autovacuum round, a minute later. */
 			 "-c", "autovacuum_naptime=1",
-			 NULL };
+			 NULL, NULL, NULL, NULL, NULL };
 	/* clang-format on */
 
 	snprintf(bin, sizeof(bin), "%s/postgres", DSP_PG_BINDIR);
@@ -380,6 +380,15 @@ static int pg_spawn(struct embedded *e)
 	path_in(e, log, sizeof(log), "postgres.log");
 	snprintf(port, sizeof(port), "%d", e->pg_port);
 	snprintf(listen, sizeof(listen), "listen_addresses=%s", e->tcp ? "127.0.0.1" : "");
+	if (e->pg_stat_statements) { /* the four NULL slots after the list's end */
+		size_t n = 0;
+		while (argv[n])
+			n++;
+		argv[n] = "-c";
+		argv[n + 1] = "shared_preload_libraries=pg_stat_statements";
+		argv[n + 2] = "-c";
+		argv[n + 3] = "pg_stat_statements.track_planning=on";
+	}
 	pid_t pid = spawn(e, argv, log, true, SIGQUIT);
 	if (pid < 0)
 		return DSP_ESERVICE;
@@ -611,6 +620,7 @@ int embedded_start(struct embedded *e, const struct embedded_options *opts)
 	memset(e, 0, sizeof(*e));
 	e->guardian_fd = -1;
 	e->tcp = opts->tcp;
+	e->pg_stat_statements = opts->pg_stat_statements;
 	rc = resolve_user(e);
 	if (rc == 0)
 		rc = make_dir(e);

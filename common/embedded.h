@@ -29,6 +29,9 @@ struct embedded_options {
 	bool redis;	/* start Redis */
 	bool tcp;	/* also listen on free loopback ports (for proxies, wrk, curl) */
 	bool keep_logs; /* print the path of the logs instead of deleting them on failure */
+	bool pg_stat_statements; /* preload pg_stat_statements with track_planning on
+				  * (bench/worker: statements per cycle, where PostgreSQL spends);
+				  * the caller creates the extension [off] */
 };
 
 struct embedded {
@@ -46,7 +49,8 @@ struct embedded {
 	uid_t pg_uid;		    /* user PostgreSQL runs as */
 	gid_t pg_gid;
 	bool tcp;
-	int guardian_fd; /* write end of the guardian's pipe, -1 when none */
+	bool pg_stat_statements; /* as in struct embedded_options (kept for a restart) */
+	int guardian_fd;	 /* write end of the guardian's pipe, -1 when none */
 	pid_t guardian_pid;
 };
 

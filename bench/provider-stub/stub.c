@@ -50,7 +50,7 @@ uint64_t stub_draw(const struct stub *s, const char *key, unsigned purpose)
 
 /* ---- accounting ---- */
 
-static struct stub_org *org_get(struct stub *s, const char *id)
+struct stub_org *stub_org_get(struct stub *s, const char *id)
 {
 	struct stub_org *o = map_get(&s->orgs, id);
 
@@ -92,7 +92,7 @@ int stub_set_org(struct stub *s, const char *org, const struct stub_org_config *
 		s->cfg.defaults = *cfg;
 		return 0;
 	}
-	if (!(o = org_get(s, org)))
+	if (!(o = stub_org_get(s, org)))
 		return -ENOMEM;
 	o->cfg = *cfg;
 	o->has_cfg = true;
@@ -115,13 +115,15 @@ static void live_advance(uint64_t *live_ms, uint64_t *live_at, uint64_t live, ui
 
 static void call_live(struct stub *s, struct stub_call *c, int d)
 {
-	struct stub_org *o = org_get(s, c->org);
+	struct stub_org *o = stub_org_get(s, c->org);
 	struct stub_campaign *k = campaign_get(s, c->campaign);
 	uint64_t now = uv_now(s->loop);
 
 	if (d > 0 && !s->first_dial_at)
 		s->first_dial_at = now;
 	live_advance(&s->live_ms, &s->live_at, s->live, now);
+	if (o && o->handoff.lines) /* the clock only when measured: the hot path stays cheap */
+		stub_handoff_note(&o->handoff, o->live, d, uv_hrtime());
 	if (o)
 		live_advance(&o->live_ms, &o->live_at, o->live, now);
 	if (k)
@@ -476,7 +478,7 @@ static struct stub_call *place(struct stub *s, const struct dial *d)
 	c->live = true;
 	s->placed++;
 	call_live(s, c, +1);
-	struct stub_org *o = org_get(s, c->org);
+	struct stub_org *o = stub_org_get(s, c->org);
 	struct stub_campaign *k = campaign_get(s, c->campaign);
 	if (o)
 		o->placed++;
@@ -516,7 +518,7 @@ static unsigned key_try(struct stub *s, const char *key)
 static void dial(struct stub *s, struct http_request *req, const struct dial *d)
 {
 	const struct stub_org_config *cfg = stub_org_cfg(s, d->org);
-	struct stub_org *o = org_get(s, d->org);
+	struct stub_org *o = stub_org_get(s, d->org);
 	struct stub_call *c;
 	uint64_t retry_s, slow;
 	unsigned n;

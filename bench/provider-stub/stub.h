@@ -21,6 +21,12 @@
  *   POST /control/org    {"org_id":o | "*", <org settings, as in the JSON config>}: changes one
  *                        organisation's throttling/fault settings ("*": the defaults) at once.
  *   POST /control/hold   {"hold":true|false}: calls placed from now on wait for /control/end.
+ *   POST /control/handoff {"org_id":o,"lines":L}: (re)starts the hand-off measurement of o, an
+ *                        organisation of L lines (0: off), forgetting earlier samples (P2,
+ *                        stub_handoff.h: terminal event → next call placed for the org, only
+ *                        while all its lines are busy).
+ *   GET  /handoff        {"orgs":{o:{"lines","samples","p50_us","p90_us","p99_us","max_us",
+ *                        "waiting","dropped","lost"}}} for each armed organisation.
  *   GET  /healthz        200 {"ok":true}.
  *
  * Every draw is a hash of (seed, idempotency key, purpose): the outcome, the duration, and each

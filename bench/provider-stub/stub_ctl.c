@@ -111,6 +111,9 @@ static void h_stats(struct http_request *req, void *data)
 	free(out);
 }
 
+/* GET /handoff: per armed organisation, the hand-off samples since it was armed. */
+static void h_handoff_get(struct http_request *req, void *data);
+
 static void h_healthz(struct http_request *req, void *data)
 {
 	(void)data;
@@ -214,6 +217,68 @@ static void h_org(struct http_request *req, void *data)
 	cJSON_Delete(j);
 }
 
+/* POST /control/handoff {"org_id":o,"lines":L}: (re)starts the hand-off measurement of o with
+ * L lines (0: off), forgetting earlier samples. */
+static void h_handoff(struct http_request *req, void *data)
+{
+	struct stub *s = data;
+	cJSON *j = json_body(s, req);
+	const char *org;
+	const cJSON *l;
+	struct stub_org *o;
+
+	if (!j)
+		return;
+	l = cJSON_GetObjectItemCaseSensitive(j, "lines");
+	if (!(org = opt_str(j, "org_id")) || !cJSON_IsNumber(l) || l->valuedouble < 0 ||
+	    l->valuedouble > 1000000 || l->valuedouble != (double)(uint32_t)l->valuedouble)
+		http_respond_error(req, 422, "invalid_field",
+				   "org_id and lines (0..1000000) are required.");
+	else if (!(o = stub_org_get(s, org)) ||
+		 stub_handoff_arm(&o->handoff, (uint32_t)l->valueint))
+		http_respond_error(req, 500, "internal", "Out of memory.");
+	else
+		http_respond(req, 200, "application/json", "{\"ok\":true}", 11);
+	cJSON_Delete(j);
+}
+
+static void add_handoff(const char *key, void *val, void *data)
+{
+	struct stub_org *o = val;
+	struct stub_handoff_summary sum;
+	cJSON *j;
+
+	if (!o->handoff.lines || stub_handoff_summarise(&o->handoff, &sum))
+		return;
+	j = cJSON_AddObjectToObject(data, key);
+	cJSON_AddNumberToObject(j, "lines", o->handoff.lines);
+	cJSON_AddNumberToObject(j, "samples", (double)sum.n);
+	cJSON_AddNumberToObject(j, "p50_us", sum.p50_us);
+	cJSON_AddNumberToObject(j, "p90_us", sum.p90_us);
+	cJSON_AddNumberToObject(j, "p99_us", sum.p99_us);
+	cJSON_AddNumberToObject(j, "max_us", sum.max_us);
+	cJSON_AddNumberToObject(j, "waiting", o->handoff.len);
+	cJSON_AddNumberToObject(j, "dropped", (double)o->handoff.dropped);
+	cJSON_AddNumberToObject(j, "lost", (double)o->handoff.lost);
+}
+
+static void h_handoff_get(struct http_request *req, void *data)
+{
+	struct stub *s = data;
+	cJSON *j = cJSON_CreateObject();
+	char *out = NULL;
+
+	if (j)
+		map_each(&s->orgs, add_handoff, cJSON_AddObjectToObject(j, "orgs"));
+	if (!j || !(out = cJSON_PrintUnformatted(j))) {
+		http_respond_error(req, 500, "internal", "Out of memory.");
+	} else {
+		http_respond(req, 200, "application/json", out, strlen(out));
+	}
+	cJSON_free(out);
+	cJSON_Delete(j);
+}
+
 static void h_hold(struct http_request *req, void *data)
 {
 	struct stub *s = data;
@@ -273,6 +338,8 @@ int stub_new(uv_loop_t *loop, const struct stub_config *cfg, struct stub **out)
 		{ "POST", "/control/end", 4096, h_end, s },
 		{ "POST", "/control/org", 4096, h_org, s },
 		{ "POST", "/control/hold", 4096, h_hold, s },
+		{ "POST", "/control/handoff", 4096, h_handoff, s },
+		{ "GET", "/handoff", 0, h_handoff_get, s },
 	};
 	http_server_config_defaults(&sc);
 	sc.host = strcmp(cfg->host, "localhost") == 0 ? "127.0.0.1" : cfg->host;
@@ -299,6 +366,14 @@ int stub_port(const struct stub *s)
 	return http_server_port(s->server);
 }
 
+static void org_free(void *p)
+{
+	struct stub_org *o = p;
+
+	stub_handoff_free(&o->handoff);
+	free(o);
+}
+
 static void free_ptr(void *p)
 {
 	free(p);
@@ -314,7 +389,7 @@ static void stub_maybe_done(struct stub *s)
 	if (s->closing_handles > 0)
 		return;
 	stub_calls_free(s);
-	map_free(&s->orgs, free_ptr);
+	map_free(&s->orgs, org_free);
 	map_free(&s->campaigns, free_ptr);
 	map_free(&s->attempts, free_ptr);
 	map_free(&s->key_tries, NULL);

@@ -7,6 +7,7 @@
 #include "http_server.h"
 #include "list.h"
 #include "stub.h"
+#include "stub_handoff.h"
 #include "stub_map.h"
 
 struct stub_org {
@@ -16,6 +17,7 @@ struct stub_org {
 	uint64_t live_ms, live_at; /* integral of live over time (call-ms) up to live_at (uv_now) */
 	int64_t win;		   /* current window index */
 	unsigned cur, prev;	   /* dials counted in the current and previous window */
+	struct stub_handoff handoff; /* P2, armed by POST /control/handoff */
 };
 
 struct stub_campaign {
@@ -91,7 +93,8 @@ struct stub {
 };
 
 /* stub.c */
-void stub_handle_dial(struct http_request *req, void *data); /* POST /calls */
+struct stub_org *stub_org_get(struct stub *s, const char *id); /* created when missing; NULL: OOM */
+void stub_handle_dial(struct http_request *req, void *data);   /* POST /calls */
 void stub_calls_free(struct stub *s);
 void stub_delayed_flush(struct stub *s);
 uint64_t stub_draw(const struct stub *s, const char *key, unsigned purpose);

@@ -22,6 +22,50 @@ int drr_init(struct drr *d, struct drr_entry *entries, uint32_t capacity, uint32
 	return 0;
 }
 
+static void advance(struct drr *d)
+{
+	d->head = d->entries[d->head].next;
+	d->in_turn = false;
+}
+
+int drr_grow(struct drr *d, struct drr_entry *entries, uint32_t capacity)
+{
+	if (!d || !entries || capacity < d->capacity || capacity == DRR_NONE)
+		return -EINVAL;
+	for (uint32_t i = d->capacity; i < capacity; i++)
+		entries[i] = (struct drr_entry){ .next = DRR_NONE, .prev = DRR_NONE };
+	d->entries = entries;
+	d->capacity = capacity;
+	return 0;
+}
+
+uint32_t drr_turn_picks(const struct drr *d, uint32_t slot)
+{
+	uint64_t picks;
+
+	if (!d || !drr_contains(d, slot))
+		return 0;
+	picks = d->entries[slot].deficit +
+		(slot == d->head && d->in_turn ? 0 : (uint64_t)d->quantum);
+	return picks > UINT32_MAX ? UINT32_MAX : (uint32_t)picks;
+}
+
+int drr_debit(struct drr *d, uint32_t slot)
+{
+	struct drr_entry *e;
+
+	if (!d || slot >= d->capacity)
+		return -EINVAL;
+	e = &d->entries[slot];
+	if (!e->linked)
+		return -ENOENT;
+	if (e->deficit == 0)
+		return -EAGAIN;
+	if (--e->deficit == 0 && slot == d->head && d->in_turn)
+		advance(d); /* its turn is used up, as drr_next() would leave it */
+	return 0;
+}
+
 bool drr_contains(const struct drr *d, uint32_t slot)
 {
 	return slot < d->capacity && d->entries[slot].linked;
@@ -52,12 +96,6 @@ int drr_add(struct drr *d, uint32_t slot)
 	}
 	d->count++;
 	return 0;
-}
-
-static void advance(struct drr *d)
-{
-	d->head = d->entries[d->head].next;
-	d->in_turn = false;
 }
 
 int drr_remove(struct drr *d, uint32_t slot)

@@ -28,6 +28,9 @@
  *     O(campaigns). Both return -EAGAIN and change nothing.
  *
  * Pure: no I/O, no allocation (entries are the caller's, indexed by the caller's slot numbers).
+ * The caller grows the entries when it has more campaigns (drr_grow(): a larger copy of the
+ * same entries, the ring, deficits and turn unchanged) and may start over with none once the
+ * ring is empty (drr_init()).
  */
 #ifndef DSP_CORE_DRR_H
 #define DSP_CORE_DRR_H
@@ -70,6 +73,26 @@ typedef enum drr_ready drr_ready_cb(void *ctx, uint32_t slot);
  * to DRR_NONE, quantum + carry_max above UINT32_MAX). */
 int drr_init(struct drr *d, struct drr_entry *entries, uint32_t capacity, uint32_t quantum,
 	     uint32_t carry_max);
+
+/* Moves d onto entries[0..capacity), a larger array whose first d->capacity entries are a copy
+ * of d's (realloc() of the old array gives one): the new entries are initialised off the ring;
+ * the ring, the deficits and the turn are unchanged. The old array is no longer used. Returns 0
+ * or -EINVAL (NULL entries, capacity below d->capacity or equal to DRR_NONE). O(new entries). */
+int drr_grow(struct drr *d, struct drr_entry *entries, uint32_t capacity);
+
+/* The picks campaign `slot` gets at its next visit of a walk: its deficit, plus the quantum
+ * unless it is the campaign whose turn it is and its quantum has been granted already. 0 when
+ * it is not on the ring. The worker claims no more contacts for a campaign than that when its
+ * ring is larger than what one claim covers. */
+uint32_t drr_turn_picks(const struct drr *d, uint32_t slot);
+
+/* A pick the caller made for campaign `slot` out of turn: an asynchronous admission answered
+ * after the ring had already passed the campaign (its proposal stale, drr_charge() -ESTALE).
+ * The pick is taken from what the campaign carries; the ring and the turn do not move (walking
+ * to it instead would pass every other campaign for a whole round). Returns 0, -ENOENT (not on
+ * the ring), -EAGAIN (nothing carried: the pick goes uncharged, drr_charge()'s bounded error of
+ * one pick) or -EINVAL. O(1). */
+int drr_debit(struct drr *d, uint32_t slot);
 
 /* Puts campaign `slot` on the ring, last in the current round, with nothing carried. O(1).
  * Returns 0, -EINVAL (slot out of range) or -EEXIST (already on the ring). */

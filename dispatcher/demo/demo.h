@@ -22,6 +22,8 @@
 #define DEMO_LATE_JOIN_MS 20000 /* the late campaign joins then (or at a third of the run) */
 #define DEMO_CALL_MIN_MS  1000	/* the stub's call durations, uniform */
 #define DEMO_CALL_MAX_MS  3000
+#define DEMO_WINDOW_S_MAX 3600 /* --window-s: 1..this */
+#define DEMO_WARMUP_S_MAX 600  /* --warmup-s: 0..this */
 
 struct demo_options {
 	double minutes;			   /* how long the table runs [1] */
@@ -30,8 +32,11 @@ struct demo_options {
 	uint64_t seed;			   /* the stub's seed: call durations and outcomes [1] */
 	uint32_t contacts;		   /* per campaign, 0: demo_contacts_per_campaign's [0] */
 	uint32_t hold_min_ms, hold_max_ms; /* the stub's call durations [1000-3000] */
-	bool bench; /* bench/worker: no table, no late join, the run ends when cmp-alpha or
-		     * cmp-bravo has no pending contact left (or at --minutes), a "bench:" line */
+	bool bench; /* bench/worker: no table, no late join; after --warmup-s from the first call,
+		     * a window of --window-s (shorter when cmp-alpha or cmp-bravo has no due
+		     * contact left, or at --minutes); a "bench:" line */
+	uint32_t window_s; /* --bench: the measured window, s [30] */
+	uint32_t warmup_s; /* --bench: from the first call placed to the window's start, s [3] */
 };
 
 /* Parses argv[0..argc) (the words after "demo") into *o, defaults first. Accepts "--name value"

@@ -72,9 +72,16 @@ int demo_late_join(PGconn *pg, const struct demo_options *o);
  * entries, in demo_campaigns order). Returns 0 or -EIO. */
 int demo_backlog(PGconn *pg, uint32_t *pending, uint32_t *busy);
 
-/* The database's committed transactions so far (pg_stat_database, this database) into *n.
- * Returns 0 or -EIO. */
-int demo_xact_commits(PGconn *pg, double *n);
+/* --bench probes (demo_sql.h; each carries the DEMO_PROBE marker). Each returns 0 or -EIO.
+ * demo_db_counters: committed transactions and rows written (pg_stat_database, this
+ * database). demo_due: whether campaign has a contact due now. demo_stmt_reset: empties
+ * pg_stat_statements. demo_stmt_totals: statements executed and their rows since the reset
+ * (the demo's own left out). demo_stmt_top: writes the top statements by total time to out. */
+int demo_db_counters(PGconn *pg, double *xact, double *rows);
+int demo_due(PGconn *pg, const char *campaign, bool *due);
+int demo_stmt_reset(PGconn *pg);
+int demo_stmt_totals(PGconn *pg, double *calls, double *rows);
+int demo_stmt_top(PGconn *pg, FILE *out);
 
 /* Writes the fleet's gate mode and epoch ("redis mode, epoch 2") into mode. Returns 0 or -EIO. */
 int demo_gate_mode(PGconn *pg, char *mode, size_t len);

@@ -10,6 +10,8 @@ void demo_usage(FILE *out)
 {
 	fprintf(out,
 		"usage: dispatcher demo [--minutes M] [--workers N] [--lines L] [--seed S]\n"
+		"                       [--contacts N] [--hold-ms A-B]\n"
+		"                       [--bench [--window-s S] [--warmup-s S]]\n"
 		"\n"
 		"Runs the whole dispatcher on this machine and shows what it does: a private\n"
 		"PostgreSQL and Redis, the provider stub (calls of 1-3 s, signed events), N\n"
@@ -37,10 +39,15 @@ void demo_usage(FILE *out)
 		"  --contacts N  contacts per campaign, 1..10000000 [5,000 or what the run needs]\n"
 		"  --hold-ms A-B the stub's call durations in ms, 1 <= A <= B <= 600000 "
 		"[1000-3000]\n"
-		"  --bench       for bench/worker/run.sh: no table, no late campaign; ends when a\n"
-		"                campaign without a ceiling runs dry; prints one 'bench:' line\n"
+		"  --bench       for bench/worker/run.sh: no table, no late campaign; measures a\n"
+		"                window while backlogged (ground truth, CPU, Redis and PostgreSQL\n"
+		"                counters, the top statements) and prints one 'bench:' line\n"
+		"  --window-s S  --bench: the window, 1..%d s; it ends sooner when cmp-alpha or\n"
+		"                cmp-bravo has no due contact left [30]\n"
+		"  --warmup-s S  --bench: from the first call placed to the window, 0..%d s [3]\n"
 		"  --help, -h    this text\n",
-		DEMO_CEILING, DEMO_MINUTES_MAX, DEMO_WORKERS_MAX, DEMO_CEILING + 1, DEMO_LINES_MAX);
+		DEMO_CEILING, DEMO_MINUTES_MAX, DEMO_WORKERS_MAX, DEMO_CEILING + 1, DEMO_LINES_MAX,
+		DEMO_WINDOW_S_MAX, DEMO_WARMUP_S_MAX);
 }
 
 static int bad(FILE *err, const char *name, const char *v, const char *bounds)
@@ -122,6 +129,24 @@ static int apply(struct demo_options *o, const char *name, const char *v, FILE *
 		o->hold_max_ms = (uint32_t)hi;
 		return 0;
 	}
+	if (strcmp(name, "--bench") == 0) {
+		fprintf(err, "dispatcher demo: --bench takes no value\n");
+		return -EINVAL;
+	}
+	if (strcmp(name, "--window-s") == 0) {
+		snprintf(bounds, sizeof(bounds), "seconds, 1..%d", DEMO_WINDOW_S_MAX);
+		if (parse_uint(v, 1, DEMO_WINDOW_S_MAX, &n))
+			return bad(err, name, v, bounds);
+		o->window_s = (uint32_t)n;
+		return 0;
+	}
+	if (strcmp(name, "--warmup-s") == 0) {
+		snprintf(bounds, sizeof(bounds), "seconds, 0..%d", DEMO_WARMUP_S_MAX);
+		if (parse_uint(v, 0, DEMO_WARMUP_S_MAX, &n))
+			return bad(err, name, v, bounds);
+		o->warmup_s = (uint32_t)n;
+		return 0;
+	}
 	fprintf(err, "dispatcher demo: unknown option '%s' (try --help)\n", name);
 	return -EINVAL;
 }
@@ -130,7 +155,8 @@ static bool known(const char *name)
 {
 	return !strcmp(name, "--minutes") || !strcmp(name, "--workers") ||
 	       !strcmp(name, "--lines") || !strcmp(name, "--seed") || !strcmp(name, "--contacts") ||
-	       !strcmp(name, "--hold-ms");
+	       !strcmp(name, "--hold-ms") || !strcmp(name, "--window-s") ||
+	       !strcmp(name, "--warmup-s");
 }
 
 int demo_options_parse(int argc, char **argv, struct demo_options *o, FILE *err)
@@ -140,7 +166,10 @@ int demo_options_parse(int argc, char **argv, struct demo_options *o, FILE *err)
 				    .lines = 20,
 				    .seed = 1,
 				    .hold_min_ms = DEMO_CALL_MIN_MS,
-				    .hold_max_ms = DEMO_CALL_MAX_MS };
+				    .hold_max_ms = DEMO_CALL_MAX_MS,
+				    .window_s = 30,
+				    .warmup_s = 3 };
+	bool windowed = false;
 	for (int i = 0; i < argc; i++)
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
 			return 1;
@@ -177,6 +206,11 @@ int demo_options_parse(int argc, char **argv, struct demo_options *o, FILE *err)
 		}
 		if (apply(o, name, v, err))
 			return -EINVAL;
+		windowed |= !strcmp(name, "--window-s") || !strcmp(name, "--warmup-s");
+	}
+	if (windowed && !o->bench) {
+		fprintf(err, "dispatcher demo: --window-s and --warmup-s need --bench\n");
+		return -EINVAL;
 	}
 	return 0;
 }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <dirent.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -34,6 +35,19 @@ struct stub_snap {
 	double live[DEMO_CAMPAIGNS], max[DEMO_CAMPAIGNS], dialled[DEMO_CAMPAIGNS];
 	double live_ms[DEMO_CAMPAIGNS];
 };
+
+/* --bench: the counters at one end of the window. */
+enum { CPU_WORKERS, CPU_REDIS, CPU_PG, CPU_STUB, CPU_N };
+struct bench_snap {
+	bool stub_have, redis_have;
+	struct stub_snap stub;	    /* the first GET /stats sent after the snapshot */
+	double xact, rows;	    /* pg_stat_database: committed, rows written */
+	double stmts, stmt_rows;    /* pg_stat_statements since the window's start */
+	double redis_cmds, evalsha; /* INFO stats, commandstats */
+	double cpu[CPU_N];	    /* user + system CPU-seconds so far */
+};
+
+enum { B_WARM, B_WINDOW, B_COLLECT, B_DONE };
 
 /* One campaign's capacity answer, as last read from the gate. */
 struct row {
@@ -67,13 +81,18 @@ struct demo {
 	struct demo_sample *samples;
 	size_t n_samples;
 	unsigned drawn; /* lines of the last table, to redraw in place */
-	/* --bench: counters at the first call placed and at the window's end */
-	bool b_started;
-	struct stub_snap b_last; /* the last reading where calls_placed grew */
-	uint64_t b_grew_at[2];	 /* when cmp-alpha's, cmp-bravo's dialled count last grew */
-	double b_xact0, b_xact1, b_redis0, b_redis1;
+	/* --bench: warm-up, then the window between the snapshots b0 and b1 */
+	int b_phase;
+	uint64_t b_first, b_t0, b_t1, b_due_at; /* uv_now: first call seen, window, last probe */
+	struct bench_snap b0, b1;
+	struct bench_snap *b_want, *b_armed; /* the next GET /stats sent, then its reply */
+	bool b_dry;			     /* a campaign had no due contact: window cut short */
+	bool b_ho_done, b_ho_have;	     /* GET /handoff answered, with the org's figures */
+	double ho_n, ho_p50, ho_p90, ho_p99, ho_max, ho_dropped;
 	long rss_kib[DEMO_WORKERS_MAX];
 };
+
+static void bench_snap_rest(struct demo *d, struct bench_snap *b);
 
 /* ---- the stub's ground truth ---- */
 
@@ -122,6 +141,14 @@ static void on_stats(const struct http_client_response *r, void *data)
 	if (r->cls != HTTP_CLIENT_OK || r->status != 200 || !snap_parse(r->body, &s))
 		return;
 	d->now = s;
+	if (d->b_armed) { /* the window's end: the other counters at the same moment */
+		struct bench_snap *b = d->b_armed;
+
+		d->b_armed = NULL;
+		b->stub = s;
+		b->stub_have = true;
+		bench_snap_rest(d, b);
+	}
 	if (d->joined && !d->at_join.have)
 		d->at_join = s; /* the first reading after the late campaign's commit */
 	if (d->at_join.have && d->n_samples < SAMPLES_MAX) {
@@ -146,8 +173,13 @@ static void stats_send(struct demo *d)
 					   .url = d->stats_url,
 					   .timeout_ms = 5000 };
 
-	if (!d->stats_inflight && http_client_send(d->http, &req, on_stats, d, NULL) == 0)
+	if (!d->stats_inflight && http_client_send(d->http, &req, on_stats, d, NULL) == 0) {
 		d->stats_inflight = true;
+		if (d->b_want) { /* this request was sent after the snapshot: its reply belongs */
+			d->b_armed = d->b_want;
+			d->b_want = NULL;
+		}
+	}
 }
 
 /* ---- the gate's capacity view ---- */
@@ -201,14 +233,84 @@ static void on_redis_event(struct redis_conn *c, const struct redis_conn_event *
 
 /* ---- --bench: Redis commands, worker RSS ---- */
 
+static double info_field(const char *text, const char *key)
+{
+	const char *p = strstr(text, key);
+
+	return p ? strtod(p + strlen(key), NULL) : 0;
+}
+
 static void on_info(struct redis_conn *c, int status, redisReply *r, void *data)
 {
-	double *out = data;
-	const char *k = "total_commands_processed:";
+	struct bench_snap *b = data;
 
 	(void)c;
-	if (!status && r && r->type == REDIS_REPLY_STRING && strstr(r->str, k))
-		*out = strtod(strstr(r->str, k) + strlen(k), NULL);
+	if (status || !r || r->type != REDIS_REPLY_STRING)
+		return;
+	/* every command, those the scripts call included; EVALSHA: the gate's round trips */
+	b->redis_cmds = info_field(r->str, "total_commands_processed:");
+	b->evalsha = info_field(r->str, "cmdstat_evalsha:calls=");
+	b->redis_have = true;
+}
+
+/* User + system CPU-seconds of pid (with children: also those of its children it has reaped),
+ * from /proc/<pid>/stat; *ppid its parent. Returns -1 when pid is gone. */
+static double proc_cpu_s(pid_t pid, bool children, pid_t *ppid)
+{
+	char path[64], buf[1024];
+	unsigned long long t[4];
+	int ppid_i;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "r")))
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+	/* after ")": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+	 * utime stime cutime cstime */
+	if (!p || sscanf(p + 1, " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
+			 &ppid_i, &t[0], &t[1], &t[2], &t[3]) != 5)
+		return -1;
+	if (ppid)
+		*ppid = ppid_i;
+	return (double)(t[0] + t[1] + (children ? t[2] + t[3] : 0)) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* The CPU-seconds of the workers, Redis, PostgreSQL (the postmaster with what it reaped and its
+ * live children) and the stub. */
+static void cpu_read(const struct demo *d, double cpu[CPU_N])
+{
+	double v;
+	pid_t ppid;
+	DIR *dir;
+	struct dirent *de;
+
+	memset(cpu, 0, sizeof(double) * CPU_N);
+	for (unsigned i = 0; i < d->procs.n_workers; i++)
+		if ((v = proc_cpu_s(d->procs.workers[i], false, NULL)) > 0)
+			cpu[CPU_WORKERS] += v;
+	if (d->e.redis_pid && (v = proc_cpu_s(d->e.redis_pid, false, NULL)) > 0)
+		cpu[CPU_REDIS] = v;
+	if (d->procs.stub && (v = proc_cpu_s(d->procs.stub, false, NULL)) > 0)
+		cpu[CPU_STUB] = v;
+	if (!d->e.pg_pid || (v = proc_cpu_s(d->e.pg_pid, true, NULL)) < 0)
+		return;
+	cpu[CPU_PG] = v;
+	if (!(dir = opendir("/proc")))
+		return;
+	while ((de = readdir(dir))) {
+		char *end;
+		long pid = strtol(de->d_name, &end, 10);
+		if (*end || pid <= 0)
+			continue;
+		if ((v = proc_cpu_s((pid_t)pid, false, &ppid)) > 0 && ppid == d->e.pg_pid)
+			cpu[CPU_PG] += v;
+	}
+	closedir(dir);
 }
 
 /* VmHWM of pid in KiB, or -1. */
@@ -288,6 +390,133 @@ static void render(struct demo *d, uint64_t elapsed)
 	fflush(stdout);
 }
 
+/* ---- --bench: the window ---- */
+
+static void on_handoff_armed(const struct http_client_response *r, void *data)
+{
+	(void)data;
+	if (r->cls != HTTP_CLIENT_OK || r->status != 200)
+		log_warn(LOG_MAIN, "demo: the stub did not arm its hand-off measurement");
+}
+
+static void on_handoff(const struct http_client_response *r, void *data)
+{
+	struct demo *d = data;
+	cJSON *j;
+
+	d->b_ho_done = true;
+	if (r->cls != HTTP_CLIENT_OK || r->status != 200 || !(j = cJSON_Parse(r->body)))
+		return;
+	const cJSON *o = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItem(j, "orgs"), DEMO_ORG);
+	if (o) {
+		d->b_ho_have = true;
+		d->ho_n = num(o, "samples");
+		d->ho_p50 = num(o, "p50_us");
+		d->ho_p90 = num(o, "p90_us");
+		d->ho_p99 = num(o, "p99_us");
+		d->ho_max = num(o, "max_us");
+		d->ho_dropped = num(o, "dropped");
+	}
+	cJSON_Delete(j);
+}
+
+/* The stub's hand-off endpoints: POST /control/handoff (arm with the org's lines) or GET
+ * /handoff. */
+static void handoff_send(struct demo *d, bool arm)
+{
+	char url[80], body[96];
+	const char *headers[] = { "Content-Type: application/json" };
+	struct http_client_request req = { .method = arm ? "POST" : "GET",
+					   .url = url,
+					   .timeout_ms = 5000 };
+
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d/%s", d->procs.stub_port,
+		 arm ? "control/handoff" : "handoff");
+	if (arm) {
+		snprintf(body, sizeof(body), "{\"org_id\":\"%s\",\"lines\":%u}", DEMO_ORG,
+			 d->o.lines);
+		req.headers = headers;
+		req.nheaders = 1;
+		req.body = body;
+		req.body_len = strlen(body);
+	}
+	if (http_client_send(d->http, &req, arm ? on_handoff_armed : on_handoff, d, NULL) && !arm)
+		d->b_ho_done = true;
+}
+
+/* One end of the window: the next GET /stats sent, then, when it answers, the other counters
+ * at once (bench_snap_rest), so that one interval holds for all of them. */
+static void bench_snap_take(struct demo *d, struct bench_snap *b)
+{
+	d->b_want = b;
+	d->b_armed = NULL;
+}
+
+/* PostgreSQL and CPU now, Redis by its next reply. At the start, pg_stat_statements is emptied
+ * after the counters. */
+static void bench_snap_rest(struct demo *d, struct bench_snap *b)
+{
+	demo_db_counters(d->pg, &b->xact, &b->rows);
+	if (b == &d->b0)
+		demo_stmt_reset(d->pg);
+	else
+		demo_stmt_totals(d->pg, &b->stmts, &b->stmt_rows);
+	cpu_read(d, b->cpu);
+	redis_conn_command(d->redis, on_info, b, "INFO stats commandstats");
+}
+
+static void bench_tick(struct demo *d, uint64_t now)
+{
+	switch (d->b_phase) {
+	case B_WARM:
+		if (!d->b_first && d->now.placed > 0)
+			d->b_first = now;
+		/* --warmup-s from the first call, and until all the lines were busy once (the
+		 * ramp), but at most twice the longest call longer */
+		uint64_t warm = (uint64_t)d->o.warmup_s * 1000, ramp = 2ULL * d->o.hold_max_ms;
+		if (d->b_first && now - d->b_first >= warm &&
+		    (d->now.org_max >= d->o.lines || now - d->b_first >= warm + ramp)) {
+			handoff_send(d, true);
+			bench_snap_take(d, &d->b0);
+			d->b_t0 = d->b_due_at = now;
+			d->b_phase = B_WINDOW;
+		}
+		return;
+	case B_WINDOW: {
+		bool end = now - d->b_t0 >= (uint64_t)d->o.window_s * 1000 || now >= d->end_at;
+
+		if (!end && now - d->b_due_at >= 500) {
+			bool a = true, b = true;
+
+			d->b_due_at = now;
+			/* backlogged: both uncapped campaigns still have a contact due (the
+			 * capped one's tail is not "backlogged"; retries wait an hour) */
+			if (demo_due(d->pg, demo_campaigns[0].id, &a) == 0 &&
+			    demo_due(d->pg, demo_campaigns[1].id, &b) == 0 && (!a || !b))
+				end = d->b_dry = true;
+		}
+		if (!end)
+			return;
+		bench_snap_take(d, &d->b1);
+		handoff_send(d, false);
+		for (unsigned i = 0; i < d->procs.n_workers; i++)
+			d->rss_kib[i] = rss_hwm_kib(d->procs.workers[i]);
+		d->b_t1 = now;
+		d->b_phase = B_COLLECT;
+		return;
+	}
+	case B_COLLECT:
+		if ((d->b1.stub_have && d->b1.redis_have && d->b_ho_done) || now - d->b_t1 > 5000) {
+			demo_stmt_top(d->pg, stdout);
+			d->b_phase = B_DONE;
+			d->ending = true;
+		}
+		return;
+	default:
+		return;
+	}
+}
+
 /* ---- the loop ---- */
 
 static void on_tick(uv_timer_t *t)
@@ -305,11 +534,6 @@ static void on_tick(uv_timer_t *t)
 		uv_stop(&d->loop);
 		return;
 	}
-	if (d->o.bench && !d->b_started && d->now.placed > 0) {
-		d->b_started = true;
-		demo_xact_commits(d->pg, &d->b_xact0);
-		redis_conn_command(d->redis, on_info, &d->b_redis0, "INFO stats");
-	}
 	if (!d->o.bench && !d->joined && elapsed >= d->join_at) {
 		if (demo_late_join(d->pg, &d->o)) {
 			d->failed = -1;
@@ -318,33 +542,12 @@ static void on_tick(uv_timer_t *t)
 		}
 		d->joined = true;
 	}
-	if (now >= d->end_at)
-		d->ending = true;
-	if (d->o.bench && !d->ending && d->b_started) {
-		demo_backlog(d->pg, d->pending, d->busy);
-		bool both = d->b_last.have;
-
-		for (size_t i = 0; i < 2; i++) {
-			if (!d->b_grew_at[i] || d->now.dialled[i] > d->b_last.dialled[i])
-				d->b_grew_at[i] = now;
-			both = both && d->now.dialled[i] > d->b_last.dialled[i];
-		}
-		if (!d->b_last.have || both)
-			d->b_last = d->now; /* both uncapped campaigns still dialling */
-		/* dry (retries stay pending): either one without a new call for a second ends the
-		 * window; the capped campaign's tail is not "backlogged" */
-		if (d->pending[0] == 0 || d->pending[1] == 0 || now - d->b_grew_at[0] >= 1000 ||
-		    now - d->b_grew_at[1] >= 1000)
-			d->ending = true;
-	}
-	if (d->o.bench && d->ending && d->b_redis1 == 0) {
-		demo_xact_commits(d->pg, &d->b_xact1);
-		redis_conn_command(d->redis, on_info, &d->b_redis1, "INFO stats");
-		for (unsigned i = 0; i < d->procs.n_workers; i++)
-			d->rss_kib[i] = rss_hwm_kib(d->procs.workers[i]);
-	}
+	if (now >= d->end_at && (!d->o.bench || d->b_phase == B_WARM))
+		d->ending = true; /* --bench: the window ends itself, collected */
+	if (d->o.bench)
+		bench_tick(d, now);
 	stats_send(d);
-	if (now - d->last_refresh >= REFRESH_MS) {
+	if (!d->o.bench && now - d->last_refresh >= REFRESH_MS) { /* --bench: no probes */
 		d->last_refresh = now;
 		if (!d->read_inflight && gate_read(d->gate, DEMO_ORG, on_view, d) == 0)
 			d->read_inflight = true;
@@ -436,9 +639,58 @@ static void stats_final(struct demo *d)
 
 /* ---- summary ---- */
 
+/* --bench: the "bench:" line (bench/worker/run.sh reads it; README.md says what each means). */
+static void bench_line(const struct demo *d, const struct stub_snap *fin)
+{
+	const struct bench_snap *b0 = &d->b0, *b1 = &d->b1;
+	const struct stub_snap *s0 = &b0->stub, *s1 = &b1->stub;
+
+	if (!b0->stub_have || !b1->stub_have) {
+		printf("bench: no window measured (the first call came too late or the stub did "
+		       "not "
+		       "answer)\n");
+		return;
+	}
+	double span = s1->now - s0->now;
+	double placed = s1->placed - s0->placed;
+	double done = (s1->placed - s1->org_live) - (s0->placed - s0->org_live);
+	double util = span > 0 ? (s1->org_live_ms - s0->org_live_ms) / (d->o.lines * span) : 0;
+	double per = done > 0 ? 1 / done : 0, k = done > 0 ? 1000 / done : 0;
+	double ev = b1->redis_have && b0->redis_have ? b1->evalsha - b0->evalsha : -1;
+	double rc = b1->redis_have && b0->redis_have ? b1->redis_cmds - b0->redis_cmds : -1;
+
+	printf("bench: workers=%u lines=%u hold_ms=%u-%u contacts=%u window_s=%.3f "
+	       "backlogged=%s placed=%.0f completed=%.0f util=%.4f cycles_per_s=%.1f "
+	       "handoff_n=%.0f handoff_p50_us=%.0f handoff_p90_us=%.0f handoff_p99_us=%.0f "
+	       "handoff_max_us=%.0f "
+	       "cpu_worker_per_kcycle=%.3f cpu_redis_per_kcycle=%.3f cpu_pg_per_kcycle=%.3f "
+	       "cpu_stub_per_kcycle=%.3f "
+	       "evalsha_per_admission=%.3f evalsha_per_cycle=%.3f redis_cmds_per_cycle=%.2f "
+	       "pg_stmts_per_cycle=%.2f pg_rows_per_cycle=%.2f pg_xact_per_cycle=%.2f "
+	       "duplicates=%.0f max_live=%.0f rss_kib=",
+	       d->o.workers, d->o.lines, d->o.hold_min_ms, d->o.hold_max_ms,
+	       demo_contacts_per_campaign(&d->o), span / 1000, d->b_dry ? "no" : "yes", placed,
+	       done, util, span > 0 ? done / (span / 1000) : 0, d->b_ho_have ? d->ho_n : -1,
+	       d->ho_p50, d->ho_p90, d->ho_p99, d->ho_max,
+	       (b1->cpu[CPU_WORKERS] - b0->cpu[CPU_WORKERS]) * k,
+	       (b1->cpu[CPU_REDIS] - b0->cpu[CPU_REDIS]) * k,
+	       (b1->cpu[CPU_PG] - b0->cpu[CPU_PG]) * k, (b1->cpu[CPU_STUB] - b0->cpu[CPU_STUB]) * k,
+	       placed > 0 && ev >= 0 ? ev / placed : -1, ev >= 0 ? ev * per : -1,
+	       rc >= 0 ? rc * per : -1, b1->stmts * per, (b1->rows - b0->rows) * per,
+	       (b1->xact - b0->xact) * per, fin->duplicates, fin->org_max);
+	for (unsigned i = 0; i < d->procs.n_workers; i++)
+		printf("%s%ld", i ? "," : "", d->rss_kib[i]);
+	printf("\n");
+	if (d->b_ho_have && d->ho_dropped > 0)
+		printf("  (hand-off: %.0f freed lines not followed by their dial while saturated "
+		       "were "
+		       "left out)\n",
+		       d->ho_dropped);
+}
+
 static int summary(struct demo *d, const struct stub_snap *fin)
 {
-	const struct stub_snap *e = d->o.bench && d->b_last.have ? &d->b_last : &d->end;
+	const struct stub_snap *e = &d->end;
 	uint32_t ceilings[DEMO_CAMPAIGNS];
 	double shares[DEMO_CAMPAIGNS], x[DEMO_CAMPAIGNS];
 	int bad = 0;
@@ -449,6 +701,13 @@ static int summary(struct demo *d, const struct stub_snap *fin)
 
 	double span = e->now - e->first_dial;
 	double util = e->first_dial > 0 && span > 0 ? e->org_live_ms / (d->o.lines * span) : 0;
+	bool window = d->o.bench && d->b0.stub_have && d->b1.stub_have;
+	if (window) { /* --bench: the window only */
+		span = d->b1.stub.now - d->b0.stub.now;
+		util = span > 0 ? (d->b1.stub.org_live_ms - d->b0.stub.org_live_ms) /
+					  (d->o.lines * span)
+				: 0;
+	}
 	double jspan = d->at_join.have ? e->now - d->at_join.now : 0, jain = 0;
 	if (jspan > 0) {
 		for (size_t i = 0; i < DEMO_CAMPAIGNS; i++)
@@ -476,9 +735,11 @@ static int summary(struct demo *d, const struct stub_snap *fin)
 		printf("\n");
 		bad |= over;
 	}
-	printf("  line utilisation:        %.1f %% (live line-time / (%u lines x %.1f s) from the "
-	       "first call; target >= 97 %%)%s\n",
-	       util * 100, d->o.lines, span / 1000, util >= 0.97 ? "" : "   below target");
+	printf("  line utilisation:        %.1f %% (live line-time / (%u lines x %.1f s) %s; "
+	       "target >= 97 %%)%s\n",
+	       util * 100, d->o.lines, span / 1000,
+	       window ? "in the bench window" : "from the first call",
+	       util >= 0.97 ? "" : "   below target");
 	if (jspan > 0) {
 		printf("  Jain's fairness index:   %.4f over %u campaigns for the last %.1f s "
 		       "(live "
@@ -491,7 +752,7 @@ static int summary(struct demo *d, const struct stub_snap *fin)
 		printf("  Jain's fairness index:   not measured (the late campaign never "
 		       "joined)\n");
 	}
-	if (!backlogged)
+	if (!backlogged && !d->o.bench)
 		printf("  note: a campaign ran out of pending contacts before the end: the "
 		       "figures above are not all 'while backlogged'\n");
 	uint64_t ttf;
@@ -505,22 +766,8 @@ static int summary(struct demo *d, const struct stub_snap *fin)
 	else
 		printf("  late campaign at floor:  never reached%s\n",
 		       d->at_join.have ? "   below target" : "");
-	if (d->o.bench) {
-		double done = e->placed - e->org_live, cycles = span > 0 ? done / (span / 1000) : 0;
-		double pg = d->b_xact1 - d->b_xact0, rc = d->b_redis1 - d->b_redis0;
-
-		printf("bench: workers=%u lines=%u hold_ms=%u-%u contacts=%u placed=%.0f "
-		       "completed=%.0f window_s=%.3f util=%.4f cycles_per_s=%.1f "
-		       "pg_xact_per_cycle=%.2f redis_cmds_per_cycle=%.2f duplicates=%.0f "
-		       "max_live=%.0f rss_kib=",
-		       d->o.workers, d->o.lines, d->o.hold_min_ms, d->o.hold_max_ms,
-		       demo_contacts_per_campaign(&d->o), e->placed, done, span / 1000, util,
-		       cycles, done > 0 ? pg / done : 0, done > 0 ? rc / done : 0, fin->duplicates,
-		       fin->org_max);
-		for (unsigned i = 0; i < d->procs.n_workers; i++)
-			printf("%s%ld", i ? "," : "", d->rss_kib[i]);
-		printf("\n");
-	}
+	if (d->o.bench)
+		bench_line(d, fin);
 	printf("%s\n", bad ? "Result: FAILED (an invariant was broken)" : "Result: ok");
 	return bad ? 1 : 0;
 }
@@ -572,7 +819,9 @@ static void print_logs(struct demo *d)
 
 static int prepare_all(struct demo *d, const char *self, const char *stub)
 {
-	struct embedded_options eo = { .postgres = true, .redis = true };
+	struct embedded_options eo = { .postgres = true,
+				       .redis = true,
+				       .pg_stat_statements = d->o.bench };
 	unsigned char raw[16];
 	char secret[40];
 

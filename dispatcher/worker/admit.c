@@ -39,6 +39,10 @@ static void new_call_id(char *out, size_t size)
 
 static void unreserve_all(struct sadmit *a)
 {
+	if (a->lead) {
+		a->lead->leading--;
+		a->lead = NULL;
+	}
 	for (uint32_t i = 0; i < a->n; i++) {
 		if (a->cand[i]) {
 			a->cand[i]->reserved = false;
@@ -277,34 +281,99 @@ void admit_wake_org(struct sorg *o)
 	}
 }
 
-/* The DRR's proposal: the campaigns in ring order from the one whose turn it is, each with its
- * oldest free claimed contact, at most GATE_CANDIDATES_MAX. */
+/* The oldest contact of cp that no admission offers, or NULL. */
+static struct scontact *free_contact(struct scamp *cp)
+{
+	for (struct list_node *n = cp->contacts.next; n != &cp->contacts; n = n->next) {
+		struct scontact *c = list_entry(n, struct scontact, node);
+		if (!c->reserved)
+			return c;
+	}
+	return NULL;
+}
+
+/* c becomes candidate a->n, from position k of the walk. */
+static void reserve(struct sadmit *a, struct scontact *c, uint32_t k)
+{
+	c->reserved = true;
+	a->org->freec--;
+	a->cand_slot[a->n] = k;
+	a->cand[a->n++] = c;
+}
+
+/* The proposal of an org with more campaigns than one claim covers: most campaigns hold one
+ * contact, claimed for their next turn, so the rotation of small orgs would let an admission's
+ * later candidates take the contacts the next admissions start with, and every charge would
+ * pass them for a round. Instead the first candidate is the first campaign along the walk that
+ * no admission in flight starts with (any with a free contact when there is none), and the
+ * later candidates leave out the next tokens − 1 campaigns with a free contact: those are the
+ * next admissions' first candidates. */
+static void propose_spread(struct sadmit *a)
+{
+	struct sorg *o = a->org;
+	uint32_t skip = sel_tokens(o) - 1, lead = a->n_slots;
+
+	for (int any = 0; any < 2 && lead == a->n_slots; any++)
+		for (uint32_t k = 0; k < a->n_slots; k++) {
+			struct scamp *cp = o->camps[a->slots[k]];
+			struct scontact *c = any || !cp->leading ? free_contact(cp) : NULL;
+			if (c) {
+				reserve(a, c, k);
+				lead = k;
+				a->lead = cp;
+				cp->leading++;
+				break;
+			}
+		}
+	for (uint32_t k = lead + 1; k < a->n_slots && a->n < GATE_CANDIDATES_MAX; k++) {
+		struct scamp *cp = o->camps[a->slots[k]];
+		struct scontact *c = free_contact(cp);
+		if (!c)
+			continue;
+		if (skip && !cp->leading) {
+			skip--;
+			continue;
+		}
+		reserve(a, c, k);
+	}
+}
+
+/* The DRR's proposal: the campaigns in ring order from the one whose turn it is (at most
+ * SEL_WALK_MAX along the ring), each with a free claimed contact offering its oldest, at most
+ * GATE_CANDIDATES_MAX. The campaigns passed over on the way have no free contact: when a later
+ * one is admitted their turns pass (DRR_NOT_READY), as drr_next() would. */
 static void propose(struct sadmit *a)
 {
 	struct sorg *o = a->org;
 
 	a->n = 0;
-	if (drr_propose(&o->drr, 0, a->slots, GATE_CANDIDATES_MAX, &a->n_slots))
+	if (drr_propose(&o->drr, 0, a->slots, SEL_WALK_MAX, &a->n_slots))
 		a->n_slots = 0;
+	/* In a large org the walk stops at a campaign whose contacts the claim in flight is
+	 * fetching: it will be ready in a moment, and admitting one after it would pass its turn
+	 * (a small org claims for all its campaigns at once and keeps contacts for several turns). */
+	for (uint32_t k = 0; o->n_camps > CLAIM_CAMPAIGNS_MAX && k < a->n_slots; k++) {
+		const struct scamp *cp = o->camps[a->slots[k]];
+		if (cp->asked && cp->n == 0) {
+			a->n_slots = k;
+			break;
+		}
+	}
+	if (o->n_camps > CLAIM_CAMPAIGNS_MAX) {
+		propose_spread(a);
+		return;
+	}
 	/* Admissions in flight together start their walk one campaign further each, so that
 	 * concurrent admissions do not all offer the campaign whose turn it is (its charge comes
 	 * only with the answer). */
 	uint32_t rot = 0;
 	for (struct list_node *n = o->admits.next; n != &o->admits; n = n->next)
 		rot += list_entry(n, struct sadmit, node)->st == SA_INFLIGHT;
-	for (uint32_t j = 0; j < a->n_slots; j++) {
+	for (uint32_t j = 0; j < a->n_slots && a->n < GATE_CANDIDATES_MAX; j++) {
 		uint32_t k = (j + rot) % a->n_slots;
-		struct scamp *cp = &o->camps[a->slots[k]];
-		for (struct list_node *n = cp->contacts.next; n != &cp->contacts; n = n->next) {
-			struct scontact *c = list_entry(n, struct scontact, node);
-			if (c->reserved)
-				continue;
-			c->reserved = true;
-			o->freec--;
-			a->cand_slot[a->n] = k;
-			a->cand[a->n++] = c;
-			break;
-		}
+		struct scontact *c = free_contact(o->camps[a->slots[k]]);
+		if (c)
+			reserve(a, c, k);
 	}
 }
 

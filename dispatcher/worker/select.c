@@ -26,10 +26,19 @@ uint32_t sel_tokens(const struct sorg *o)
 	return t ? t : 1;
 }
 
+/* The campaigns one claim statement covers: all of them in a small org; in a larger one the
+ * next CLAIM_CAMPAIGNS_MAX along the DRR ring, and the claimed set is sized for those. */
+static uint32_t claim_window(const struct sorg *o)
+{
+	uint32_t camps = o->n_camps < CLAIM_CAMPAIGNS_MAX ? o->n_camps : CLAIM_CAMPAIGNS_MAX;
+
+	return camps ? camps : 1;
+}
+
 /* How many contacts the org should hold claimed: what its tokens can offer at once. */
 static uint32_t claim_target(const struct sorg *o)
 {
-	uint32_t camps = o->n_camps ? o->n_camps : 1;
+	uint32_t camps = claim_window(o);
 	uint32_t per = camps < GATE_CANDIDATES_MAX ? camps : GATE_CANDIDATES_MAX;
 	uint64_t t = (uint64_t)sel_tokens(o) * per + camps * CLAIM_MARGIN;
 	uint64_t cap = 2ULL * o->org_limit + camps;
@@ -52,11 +61,8 @@ static struct sorg *org_get(struct select *s, const char *id, bool create)
 	o->s = s;
 	snprintf(o->id, sizeof(o->id), "%s", id);
 	list_init(&o->admits);
-	for (uint32_t i = 0; i < SEL_CAMP_MAX; i++) {
-		o->camps[i].slot = i;
-		list_init(&o->camps[i].contacts);
-	}
-	drr_init(&o->drr, o->entries, SEL_CAMP_MAX, 1, 4);
+	strmap_init(&o->by_id);
+	drr_init(&o->drr, NULL, 0, 1, 4);
 	list_add_tail(&s->orgs, &o->node);
 	s->st.orgs++;
 	return o;
@@ -64,30 +70,114 @@ static struct sorg *org_get(struct select *s, const char *id, bool create)
 
 static struct scamp *camp_find(struct sorg *o, const char *id)
 {
-	for (uint32_t i = 0; i < SEL_CAMP_MAX; i++)
-		if (o->camps[i].used && strcmp(o->camps[i].id, id) == 0)
-			return &o->camps[i];
-	return NULL;
+	return strmap_get(&o->by_id, id);
+}
+
+/* Doubles the org's campaign slots: the slot table, the free stack, the DRR entries. */
+static int camps_grow(struct sorg *o)
+{
+	uint32_t old = o->cap_camps, cap = old ? old * 2 : 16;
+	struct scamp **c;
+	uint32_t *f;
+	struct drr_entry *e;
+
+	if (old >= DRR_NONE / 2)
+		return -ENOMEM;
+	if (!(c = realloc(o->camps, cap * sizeof(*c))))
+		return -ENOMEM;
+	o->camps = c;
+	if (!(f = realloc(o->free_slots, cap * sizeof(*f))))
+		return -ENOMEM;
+	o->free_slots = f;
+	if (!(e = realloc(o->entries, cap * sizeof(*e))))
+		return -ENOMEM;
+	o->entries = e;
+	drr_grow(&o->drr, e, cap); /* the ring, deficits and turn carry over */
+	for (uint32_t i = cap; i-- > old;) {
+		c[i] = NULL;
+		f[o->n_free++] = i; /* the lowest slot on top */
+	}
+	o->cap_camps = cap;
+	return 0;
+}
+
+/* Forgets every campaign slot (the org has none left): its memory goes with them. */
+static void camps_reset(struct sorg *o)
+{
+	free(o->camps);
+	free(o->free_slots);
+	free(o->entries);
+	o->camps = NULL;
+	o->free_slots = NULL;
+	o->entries = NULL;
+	o->cap_camps = o->n_free = 0;
+	strmap_free(&o->by_id);
+	drr_init(&o->drr, NULL, 0, 1, 4);
 }
 
 static struct scamp *camp_add(struct sorg *o, const struct claim_demand *d)
 {
-	for (uint32_t i = 0; i < SEL_CAMP_MAX; i++) {
-		struct scamp *c = &o->camps[i];
-		if (c->used)
-			continue;
-		c->used = true;
-		snprintf(c->id, sizeof(c->id), "%s", d->campaign);
-		snprintf(c->agent, sizeof(c->agent), "%s", d->agent);
-		c->has_from = d->from_number != NULL;
-		snprintf(c->from, sizeof(c->from), "%s", d->from_number ? d->from_number : "");
-		drr_add(&o->drr, c->slot);
-		o->n_camps++;
-		return c;
+	struct scamp *c;
+
+	if (strlen(d->campaign) >= SEL_ID) {
+		log_warn(LOG_GATE, "org %s: campaign id too long, not dialled: %.64s...", o->id,
+			 d->campaign);
+		return NULL;
 	}
-	log_warn(LOG_GATE, "org %s: more than %d campaigns with demand; %s waits", o->id,
-		 SEL_CAMP_MAX, d->campaign);
-	return NULL;
+	if ((!o->n_free && camps_grow(o)) || !(c = calloc(1, sizeof(*c)))) {
+		log_warn(LOG_GATE, "org %s: out of memory for campaign %s: it waits", o->id,
+			 d->campaign);
+		return NULL;
+	}
+	snprintf(c->id, sizeof(c->id), "%s", d->campaign);
+	snprintf(c->agent, sizeof(c->agent), "%s", d->agent);
+	c->has_from = d->from_number != NULL;
+	snprintf(c->from, sizeof(c->from), "%s", d->from_number ? d->from_number : "");
+	list_init(&c->contacts);
+	if (strmap_put(&o->by_id, c->id, c)) {
+		free(c);
+		return NULL;
+	}
+	c->slot = o->free_slots[--o->n_free];
+	o->camps[c->slot] = c;
+	drr_add(&o->drr, c->slot);
+	o->n_camps++;
+	return c;
+}
+
+/* A campaign with no demand and no claimed contact leaves: off the ring, its memory freed. */
+static void camp_remove(struct sorg *o, struct scamp *c)
+{
+	drr_remove(&o->drr, c->slot);
+	strmap_del(&o->by_id, c->id);
+	o->camps[c->slot] = NULL;
+	o->free_slots[o->n_free++] = c->slot;
+	free(c);
+	if (--o->n_camps == 0)
+		camps_reset(o);
+}
+
+/* Frees an org known to have nothing in flight (no admission, no claim). */
+static void org_free(struct sorg *o)
+{
+	list_del(&o->node);
+	while (!list_empty(&o->admits)) {
+		struct sadmit *a = list_entry(list_first(&o->admits), struct sadmit, node);
+		list_del(&a->node);
+		free(a);
+	}
+	for (uint32_t i = 0; i < o->cap_camps; i++) {
+		struct scamp *cp = o->camps[i];
+		if (!cp)
+			continue;
+		while (!list_empty(&cp->contacts))
+			sel_release_contact(
+				list_entry(list_first(&cp->contacts), struct scontact, node), true);
+		free(cp);
+	}
+	camps_reset(o);
+	o->s->st.orgs--;
+	free(o);
 }
 
 /* The admitted campaign's pick (C8): the campaigns before it in the proposal could not use
@@ -99,15 +189,28 @@ static enum drr_ready only_cb(void *ctx, uint32_t slot)
 
 void sel_charge(struct sorg *o, const struct sadmit *a, uint32_t index)
 {
-	enum drr_ready ans[GATE_CANDIDATES_MAX];
-	uint32_t k = a->cand_slot[index], slot = a->slots[k], got;
+	enum drr_ready ans[SEL_WALK_MAX];
+	uint32_t walk[SEL_WALK_MAX], k = a->cand_slot[index], slot = a->slots[k], got, n = 0, p;
 
 	for (uint32_t i = 0; i < k; i++)
 		ans[i] = DRR_NOT_READY;
 	ans[k] = DRR_READY;
-	if (drr_charge(&o->drr, a->slots, ans, k + 1, &got) == -ESTALE &&
-	    drr_contains(&o->drr, slot))
-		drr_next(&o->drr, only_cb, &slot, &got); /* the ring moved meanwhile */
+	if (drr_charge(&o->drr, a->slots, ans, k + 1, &got) != -ESTALE ||
+	    !drr_contains(&o->drr, slot))
+		return;
+	/* The ring moved meanwhile (admissions answered out of order). Where the campaign stands
+	 * now tells whether its turn is still ahead: then it is charged as drr_next() would,
+	 * passing the campaigns before it; when the head has passed it already (it is no nearer
+	 * than when proposed), the pick comes out of what it carried and the turn stays — walking
+	 * to it would pass every other campaign for a whole round. */
+	if (drr_propose(&o->drr, 0, walk, SEL_WALK_MAX, &n))
+		n = 0;
+	for (p = 0; p < n && walk[p] != slot; p++)
+		;
+	if (p <= k && p < n)
+		drr_next(&o->drr, only_cb, &slot, &got);
+	else
+		drr_debit(&o->drr, slot);
 }
 
 /* A contact leaves the in-memory set: admitted (its row is written), or lost (lease). */
@@ -150,9 +253,11 @@ static void hand_back_org(struct sorg *o, uint64_t cutoff)
 	struct claim_handback *h = NULL;
 	uint32_t n = 0, cap = 0;
 
-	for (uint32_t i = 0; i < SEL_CAMP_MAX; i++) {
-		struct scamp *cp = &o->camps[i];
+	for (uint32_t i = 0; i < o->cap_camps; i++) {
+		struct scamp *cp = o->camps[i];
 		struct list_node *p, *t;
+		if (!cp)
+			continue;
 		list_for_each_safe (p, t, &cp->contacts) {
 			struct scontact *c = list_entry(p, struct scontact, node);
 			if (c->reserved || c->claimed_ms > cutoff)
@@ -188,6 +293,9 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 	o->claiming = false;
 	s->pending--;
 	if (status) {
+		for (uint32_t i = 0; i < o->n_asked; i++)
+			o->asked[i]->asked = false;
+		o->n_asked = 0;
 		log_warn(LOG_GATE, "org %s: claim failed: %s", o->id, dsp_strerror(status));
 		sel_maybe_drained(s);
 		return;
@@ -207,6 +315,7 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 					(struct claim_handback){ rows[i].id, rows[i].lease_token };
 			continue;
 		}
+		cp->got++;
 		c->camp = cp;
 		c->id = rows[i].id;
 		c->token = rows[i].lease_token;
@@ -221,34 +330,66 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 	if (nb)
 		hand_back_list(s, back, nb);
 	free(back);
+	/* In a large org, a campaign that gave nothing has none left to claim now: the next claims
+	 * go further along the ring until the next demand scan says otherwise. (A small org asks
+	 * all its campaigns in each statement; there a campaign is asked again at once, as a
+	 * concurrent claim of another worker may have held its rows.) */
+	for (uint32_t i = 0; i < o->n_asked; i++) {
+		struct scamp *cp = o->asked[i];
+		cp->asked = false;
+		cp->dry = o->n_camps > CLAIM_CAMPAIGNS_MAX && cp->got == 0;
+		cp->got = 0;
+	}
+	o->n_asked = 0;
 	sel_pump(o);
 	sel_maybe_drained(s);
 }
 
+/* One claim statement for the campaigns whose turn comes next: along the DRR ring from the
+ * campaign whose turn it is (drr_propose()'s walk, at most SEL_WALK_MAX campaigns), the first
+ * CLAIM_CAMPAIGNS_MAX with demand, not dry, and short of their part of the claimed set. In an org
+ * with more campaigns than one statement covers, a campaign's part is also at most the picks
+ * its next turn grants (drr_turn_picks()): contacts it could not use before the round comes
+ * back would only wait out the slot wait and go back. As turns are taken the walk moves on, so
+ * every campaign with demand is claimed for in its turn. */
 static void claim_org(struct sorg *o)
 {
 	struct select *s = o->s;
-	uint32_t target = claim_target(o);
-	const char *ids[SEL_CAMP_MAX];
-	uint32_t counts[SEL_CAMP_MAX], n = 0;
+	uint32_t target = claim_target(o), window = claim_window(o);
+	uint32_t walk[SEL_WALK_MAX], nw = 0, n = 0;
+	const char *ids[CLAIM_CAMPAIGNS_MAX];
 
 	if (o->claiming || o->held * 2 > target || !o->n_camps)
 		return;
-	uint32_t per = (target + o->n_camps - 1) / o->n_camps;
+	uint32_t per = (target + window - 1) / window;
 	uint32_t page = s->o.claim_page ? s->o.claim_page : 50;
-	for (uint32_t i = 0; i < SEL_CAMP_MAX; i++) {
-		struct scamp *cp = &o->camps[i];
-		if (!cp->used || !cp->seen || cp->n >= per)
+	bool big = o->n_camps > window;
+	if (drr_propose(&o->drr, 0, walk, SEL_WALK_MAX, &nw))
+		return;
+	for (uint32_t i = 0; i < nw && n < CLAIM_CAMPAIGNS_MAX; i++) {
+		struct scamp *cp = o->camps[walk[i]];
+		uint32_t want = per;
+		if (big) {
+			uint32_t picks = drr_turn_picks(&o->drr, walk[i]);
+			want = picks < want ? picks : want;
+		}
+		if (!cp || !cp->seen || cp->dry || cp->n >= want)
 			continue;
 		ids[n] = cp->id;
-		counts[n] = per - cp->n < page ? per - cp->n : page;
+		o->asked[n] = cp;
+		o->asked_n[n] = want - cp->n < page ? want - cp->n : page;
 		n++;
 	}
 	if (!n)
 		return;
-	if (claim_take(s->o.claim, ids, counts, n, take_cb, o) == 0) {
+	if (claim_take(s->o.claim, ids, o->asked_n, n, take_cb, o) == 0) {
 		o->claiming = true;
 		s->pending++;
+		o->n_asked = n;
+		for (uint32_t i = 0; i < n; i++) {
+			o->asked[i]->asked = true;
+			o->asked[i]->got = 0;
+		}
 	}
 }
 
@@ -324,11 +465,15 @@ static void demand_cb(struct claim *cl, int status, const struct claim_demand *r
 	}
 	for (struct list_node *p = s->orgs.next; p != &s->orgs; p = p->next) {
 		struct sorg *o = list_entry(p, struct sorg, node);
-		for (uint32_t i = 0; i < SEL_CAMP_MAX; i++)
-			o->camps[i].seen = false;
+		for (uint32_t i = 0; i < o->cap_camps; i++)
+			if (o->camps[i])
+				o->camps[i]->seen = o->camps[i]->dry = false;
 	}
+	struct sorg *o = NULL;
 	for (uint32_t i = 0; i < n; i++) {
-		struct sorg *o = org_get(s, rows[i].org, true);
+		/* Rows come ordered by org: look the org up once per run of rows. */
+		if (!o || strcmp(o->id, rows[i].org) != 0)
+			o = org_get(s, rows[i].org, true);
 		if (!o)
 			continue;
 		o->org_limit = rows[i].org_limit;
@@ -338,18 +483,22 @@ static void demand_cb(struct claim *cl, int status, const struct claim_demand *r
 		if (cp)
 			cp->seen = true;
 	}
-	/* Campaigns without demand and without claimed contacts leave the ring. */
-	for (struct list_node *p = s->orgs.next; p != &s->orgs; p = p->next) {
-		struct sorg *o = list_entry(p, struct sorg, node);
-		for (uint32_t i = 0; i < SEL_CAMP_MAX; i++) {
-			struct scamp *cp = &o->camps[i];
-			if (cp->used && !cp->seen && cp->n == 0) {
-				drr_remove(&o->drr, cp->slot);
-				cp->used = false;
-				o->n_camps--;
-			}
+	/* Campaigns without demand and without claimed contacts leave the ring (not one the claim
+	 * in flight asked for: its rows are on the way), and orgs left with nothing leave too. */
+	struct list_node *p, *q;
+	list_for_each_safe (p, q, &s->orgs) {
+		o = list_entry(p, struct sorg, node);
+		for (uint32_t i = 0; i < o->cap_camps; i++) {
+			struct scamp *cp = o->camps[i];
+			if (cp && !cp->seen && cp->n == 0 && !cp->asked)
+				camp_remove(o, cp); /* may reset the slots when it was the last */
+			if (!o->cap_camps)
+				break;
 		}
-		sel_pump(o);
+		if (!o->n_camps && !o->n_admits && !o->claiming && !o->held)
+			org_free(o);
+		else
+			sel_pump(o);
 	}
 }
 
@@ -484,21 +633,8 @@ static void timer_closed(uv_handle_t *h)
 
 	if (--s->handles)
 		return;
-	while (!list_empty(&s->orgs)) {
-		struct sorg *o = list_entry(list_first(&s->orgs), struct sorg, node);
-		list_del(&o->node);
-		while (!list_empty(&o->admits)) {
-			struct sadmit *a = list_entry(list_first(&o->admits), struct sadmit, node);
-			list_del(&a->node);
-			free(a);
-		}
-		for (uint32_t i = 0; i < SEL_CAMP_MAX; i++)
-			while (!list_empty(&o->camps[i].contacts))
-				sel_release_contact(list_entry(list_first(&o->camps[i].contacts),
-							       struct scontact, node),
-						    true);
-		free(o);
-	}
+	while (!list_empty(&s->orgs))
+		org_free(list_entry(list_first(&s->orgs), struct sorg, node));
 	void (*cb)(void *) = s->closed_cb;
 	void *data = s->closed_data;
 	free(s);

@@ -3,11 +3,14 @@
  *
  * Per organisation with demand (the claim's demand scan, every demand_ms):
  *   - claim: a bounded in-memory set of claimed contacts — about what can get a slot soon (the
- *     org's admission tokens times its campaigns, at most 2 × org_limit + campaigns), claimed in
- *     pages for the campaigns short of their part, at most one claim statement in flight per org;
+ *     org's admission tokens times W = min(campaigns, CLAIM_CAMPAIGNS_MAX), at most
+ *     2 × org_limit + W: it does not grow with the campaigns), claimed in pages for the
+ *     campaigns whose turn comes next along the DRR ring and that are short of their part (≤
+ *     CLAIM_CAMPAIGNS_MAX per statement), at most one claim statement in flight per org; any
+ *     number of campaigns per org (README, *Many campaigns per organisation*);
  *   - select: the deficit-round-robin selector (core/drr.h) orders the campaigns with a free
- *     claimed contact, starting at the one whose turn it is (≤ GATE_CANDIDATES_MAX); each
- *     candidate offers its oldest claimed contact;
+ *     claimed contact, starting at the one whose turn it is (≤ GATE_CANDIDATES_MAX
+ *     candidates); each candidate offers its oldest claimed contact;
  *   - admit: ONE gate_flow_admit() per admission (redis mode; gate_pgmode_admit() in postgres
  *     mode) with each candidate's contact as its call row (contact id and lease token as fences);
  *     the admitted campaign is charged its pick; the call goes to the dialer;

@@ -5,8 +5,11 @@
 #include "drr.h"
 #include "list.h"
 #include "select.h"
+#include "strmap.h"
 
-#define SEL_CAMP_MAX CLAIM_CAMPAIGNS_MAX /* campaigns per org the worker selects from */
+/* How far along the DRR ring (from the campaign whose turn it is) an admission looks for
+ * candidates and a claim for campaigns to claim for: four claim statements' worth. */
+#define SEL_WALK_MAX (4 * CLAIM_CAMPAIGNS_MAX)
 #define SEL_ID	     65
 
 struct sorg;
@@ -21,12 +24,17 @@ struct scontact {
 	bool reserved; /* a candidate of an admission in flight */
 };
 
+/* A campaign with demand (or with claimed contacts still held), allocated while it is known. */
 struct scamp {
 	char id[SEL_ID], agent[SEL_ID], from[36];
-	bool used, has_from, seen;
+	bool has_from, seen;
+	bool asked;    /* in the claim statement in flight */
+	bool dry;      /* a claim got fewer than it asked: none left until the next demand scan */
 	uint32_t slot; /* index in sorg.camps and in the DRR entries */
 	struct list_node contacts;
 	uint32_t n;
+	uint32_t got;	  /* rows of the claim in flight */
+	uint32_t leading; /* admissions in flight whose first candidate it is (large orgs) */
 };
 
 enum sadmit_state {
@@ -46,9 +54,10 @@ struct sadmit {
 	uint64_t epoch;
 	struct scontact *cand[GATE_CANDIDATES_MAX];
 	uint32_t n;
-	uint32_t slots[GATE_CANDIDATES_MAX]; /* drr_propose()'s walk, candidates or not */
+	uint32_t slots[SEL_WALK_MAX]; /* drr_propose()'s walk, candidates or not */
 	uint32_t n_slots;
 	uint32_t cand_slot[GATE_CANDIDATES_MAX]; /* index in slots[] of cand[i] */
+	struct scamp *lead; /* its first candidate's campaign (large orgs), until answered */
 };
 
 struct sorg {
@@ -56,10 +65,19 @@ struct sorg {
 	struct select *s;
 	char id[SEL_ID];
 	uint32_t org_limit;
-	struct scamp camps[SEL_CAMP_MAX];
+	/* Campaigns by slot (NULL: free slot), by id, and on the DRR ring; all three grow with
+	 * the campaigns (doubling) and are freed when the org has none left. */
+	struct scamp **camps;
+	struct drr_entry *entries;
+	uint32_t cap_camps;
+	uint32_t *free_slots; /* stack of free slots below cap_camps */
+	uint32_t n_free;
+	struct strmap by_id;
 	struct drr drr;
-	struct drr_entry entries[SEL_CAMP_MAX];
 	uint32_t n_camps, held, freec;
+	struct scamp *asked[CLAIM_CAMPAIGNS_MAX]; /* the claim in flight */
+	uint32_t asked_n[CLAIM_CAMPAIGNS_MAX];
+	uint32_t n_asked;
 	struct list_node admits;
 	uint32_t n_admits;
 	bool claiming;

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -501,6 +502,125 @@ static void faces_agree_on_random_histories(void **state)
 	assert_true(picks > 50000 && none > 10000); /* both outcomes well exercised */
 }
 
+/* drr_grow(): a selector that starts with 2 entries and grows (realloc) whenever a campaign
+ * beyond them joins, mid-turn included, makes the same picks and keeps the same deficits and
+ * turn as a twin that had room for all from the start; drr_turn_picks() agrees on both. */
+static void growth_keeps_deficits_and_turn(void **state)
+{
+	uint64_t seed = 4242;
+	struct drr a, b;
+	struct drr_entry ea[RN];
+	struct drr_entry *eb = malloc(2 * sizeof(*eb));
+	struct readiness r = { .ready = { false } };
+	unsigned grows = 0, picks = 0;
+
+	assert_non_null(eb);
+	/* Fixed case: 0 mid-turn (quantum 2, one pick used) when the entries grow. */
+	drr_init(&a, ea, RN, 2, 2);
+	drr_init(&b, eb, 2, 2, 2);
+	drr_add(&b, 0);
+	drr_add(&b, 1);
+	r.ready[0] = r.ready[1] = r.ready[2] = true;
+	assert_int_equal(pick(&b, &r), 0);
+	assert_int_equal(drr_turn_picks(&b, 0), 1);
+	assert_int_equal(drr_turn_picks(&b, 1), 2);
+	assert_int_equal(drr_grow(&b, eb, 1), -EINVAL); /* smaller */
+	assert_int_equal(drr_grow(&b, NULL, 8), -EINVAL);
+	eb = realloc(eb, 8 * sizeof(*eb));
+	assert_non_null(eb);
+	assert_int_equal(drr_grow(&b, eb, 8), 0);
+	assert_int_equal(drr_add(&b, 7), 0); /* joins last in the round */
+	assert_int_equal(pick(&b, &r), 0);   /* 0 finishes its turn */
+	assert_int_equal(pick(&b, &r), 1);
+	assert_int_equal(pick(&b, &r), 1);
+	assert_int_equal(drr_turn_picks(&b, 7), 2);
+	assert_int_equal(drr_turn_picks(&b, 5), 0); /* not on the ring */
+
+	/* Random histories, both faces (next_face on the growing one). */
+	for (int trial = 0; trial < 10; trial++) {
+		uint32_t q = 1 + (uint32_t)(rnd(&seed) % 3), carry = (uint32_t)(rnd(&seed) % 4);
+		drr_init(&a, ea, RN, q, carry);
+		eb = realloc(eb, 2 * sizeof(*eb));
+		assert_non_null(eb);
+		drr_init(&b, eb, 2, q, carry);
+		for (int t = 0; t < 5000; t++) {
+			uint32_t c = (uint32_t)(rnd(&seed) % RN), sa = DRR_NONE, sb = DRR_NONE;
+			struct answers ans;
+
+			if (rnd(&seed) % 6 == 0) {
+				if (c >= b.capacity) {
+					uint32_t cap =
+						b.capacity * 2 > c + 1 ? b.capacity * 2 : c + 1;
+					eb = realloc(eb, cap * sizeof(*eb));
+					assert_non_null(eb);
+					assert_int_equal(drr_grow(&b, eb, cap), 0);
+					grows++;
+				}
+				int ra = drr_contains(&a, c) ? drr_remove(&a, c) : drr_add(&a, c);
+				int rb = drr_contains(&b, c) ? drr_remove(&b, c) : drr_add(&b, c);
+				assert_int_equal(ra, rb);
+			}
+			for (uint32_t i = 0; i < RN; i++)
+				ans.a[i] = rnd(&seed) % 3 ? DRR_READY : DRR_NOT_READY;
+			int ra = drr_next(&a, table_cb, &ans, &sa);
+			int rb = next_face(&b, table_cb, &ans, &sb);
+			assert_int_equal(ra, rb);
+			assert_int_equal(sa, sb);
+			picks += ra == 0;
+			assert_int_equal(a.head, b.head);
+			assert_int_equal(a.count, b.count);
+			assert_int_equal(a.in_turn, b.in_turn);
+			for (uint32_t i = 0; i < RN; i++) {
+				assert_int_equal(drr_turn_picks(&a, i), drr_turn_picks(&b, i));
+				if (i >= b.capacity) {
+					assert_false(ea[i].linked);
+					continue;
+				}
+				assert_int_equal(ea[i].linked, eb[i].linked);
+				assert_int_equal(ea[i].deficit, eb[i].deficit);
+				if (ea[i].linked) {
+					assert_int_equal(ea[i].next, eb[i].next);
+					assert_int_equal(ea[i].prev, eb[i].prev);
+				}
+			}
+		}
+	}
+	assert_true(grows >= 10 && picks > 10000); /* at least one growth per trial */
+	free(eb);
+}
+
+/* drr_debit(): an out-of-turn pick comes out of the carry; the ring and the turn stay. */
+static void debit_takes_from_the_carry(void **state)
+{
+	struct drr d;
+	struct drr_entry e[N];
+	struct readiness r = { .ready = { false, true, true } };
+
+	drr_init(&d, e, N, 1, 2);
+	for (uint32_t i = 0; i < 3; i++)
+		drr_add(&d, i);
+	assert_int_equal(drr_debit(&d, 5), -ENOENT);
+	assert_int_equal(drr_debit(&d, N), -EINVAL);
+	assert_int_equal(drr_debit(&d, 1), -EAGAIN); /* nothing carried */
+	assert_int_equal(pick(&d, &r), 1);	     /* 0 passed: carries 1 */
+	assert_int_equal(e[0].deficit, 1);
+	uint32_t head = d.head;
+	assert_int_equal(drr_debit(&d, 0), 0);
+	assert_int_equal(e[0].deficit, 0);
+	assert_int_equal(d.head, head);
+	assert_int_equal(drr_debit(&d, 0), -EAGAIN);
+	assert_int_equal(pick(&d, &r), 2);
+	assert_int_equal(pick(&d, &r), 1); /* 0 still not ready */
+	/* The head mid-turn (quantum 2): its debit may end its turn. */
+	drr_init(&d, e, N, 2, 2);
+	drr_add(&d, 0);
+	drr_add(&d, 1);
+	r.ready[0] = true;
+	assert_int_equal(pick(&d, &r), 0); /* 1 pick left */
+	assert_int_equal(drr_debit(&d, 0), 0);
+	assert_int_equal(pick(&d, &r), 1); /* the turn passed */
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -512,6 +632,8 @@ int main(void)
 		cmocka_unit_test(backlogged_differ_by_one_quantum),
 		cmocka_unit_test(idle_passes_charge_nobody),
 		cmocka_unit_test(gate_without_floors_rotates),
+		cmocka_unit_test(growth_keeps_deficits_and_turn),
+		cmocka_unit_test(debit_takes_from_the_carry),
 	};
 	const struct CMUnitTest async_only[] = {
 		cmocka_unit_test(propose_lists_the_walk),
