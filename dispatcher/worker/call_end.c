@@ -22,8 +22,8 @@
 
 /* The epoch lock, shared: the end never interleaves with a mode switch or a rebuild; and the
  * end's plan (PG_SQL_BATCH_PLANS, pg_pool.h). */
-static const char sql_lock[] = "SELECT pg_advisory_xact_lock_shared(" EPOCH_LOCK_SQL "), "
-			       PG_SQL_BATCH_PLANS_COLS;
+static const char sql_lock[] =
+	"SELECT pg_advisory_xact_lock_shared(" EPOCH_LOCK_SQL "), " PG_SQL_BATCH_PLANS_COLS;
 
 /* $1 call ids, $2 outcomes, $3 reasons, $4 dispositions, $5 delays (ms). Per call, in order:
  * 'e' ended now / 'a' already ended / 'u' no row; the org (e); the contact's new state (e, when
