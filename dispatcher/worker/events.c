@@ -79,6 +79,8 @@ struct events {
 	int64_t tolerance_s;
 	int64_t (*now_s)(void);
 	const struct pg_stmt *st, *st_generic;
+	struct gate *gate;	    /* early release (NULL: none) */
+	struct gate_mode_ctl *mode; /* borrowed */
 	uv_timer_t timer;
 	struct list_node queue; /* struct evreq, validated, not sent */
 	unsigned inflight;	/* batches and call_end requests not answered */
@@ -90,6 +92,7 @@ struct events {
 };
 
 static void flush(uv_timer_t *t);
+static void maybe_free(struct events *ev);
 
 int events_new(const struct events_options *o, struct events **out)
 {
@@ -112,6 +115,8 @@ int events_new(const struct events_options *o, struct events **out)
 	ev->ends = o->ends;
 	ev->tolerance_s = o->tolerance_s;
 	ev->now_s = o->now_s;
+	ev->gate = o->mode ? o->gate : NULL;
+	ev->mode = o->mode;
 	list_init(&ev->queue);
 	rc = pg_pool_prepare(o->pool, sql_record, 5, &ev->st);
 	if (!rc)
@@ -322,6 +327,50 @@ static const char *signature_error(int rc)
 	}
 }
 
+static void early_released(struct gate *g, int status, const struct gate_release_result *res,
+			   void *data)
+{
+	struct events *ev = data;
+
+	(void)g;
+	ev->inflight--;
+	if (!status && res->outcome == GATE_FREED)
+		ev->stats.early_freed++;
+	else if (status)
+		LOG_AT(LOG_DEBUG, LOG_DIAL, NULL,
+		       "early release not done (%s): the end's own release frees the call",
+		       dsp_strerror(status));
+	maybe_free(ev);
+}
+
+/* The early release (events.h): the terminal event of a call whose organisation the callback
+ * URL names frees its slots in Redis now, before PostgreSQL records the end (two round trips
+ * later). Only in redis mode with the gate usable: in postgres mode the row is the slot. */
+static void early_release(struct events *ev, struct http_request *req, const struct evreq *r)
+{
+	const char *q = http_request_query(req);
+	struct gate_mode_state ms;
+	char org[65];
+	size_t n;
+
+	if (!ev->gate || !r->terminal || !q || strncmp(q, "org=", 4) != 0)
+		return;
+	n = strcspn(q + 4, "&");
+	if (n == 0 || n >= sizeof(org))
+		return;
+	memcpy(org, q + 4, n);
+	org[n] = '\0';
+	if (!gate_pg_id_ok(org))
+		return;
+	gate_mode_get(ev->mode, &ms);
+	if (ms.mode != GATE_MODE_REDIS || !ms.usable)
+		return;
+	if (gate_release(ev->gate, org, r->call, early_released, ev) == 0) {
+		ev->inflight++;
+		ev->stats.early_sent++;
+	}
+}
+
 void events_handler(struct http_request *req, void *data)
 {
 	struct events *ev = data;
@@ -363,6 +412,7 @@ void events_handler(struct http_request *req, void *data)
 	}
 	r->ev = ev;
 	r->req = req;
+	early_release(ev, req, r);
 	list_add_tail(&ev->queue, &r->node);
 	if (!uv_is_active((uv_handle_t *)&ev->timer))
 		uv_timer_start(&ev->timer, flush, 0, 0);

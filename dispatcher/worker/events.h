@@ -45,6 +45,8 @@
 #define DSP_WORKER_EVENTS_H
 
 #include "call_end.h"
+#include "gate.h"
+#include "gate_mode.h"
 #include "http_server.h"
 #include "pg_pool.h"
 
@@ -67,6 +69,13 @@ struct events_options {
 	const char *secret;	/* PROVIDER_WEBHOOK_SECRET (copied), non-empty */
 	int64_t tolerance_s;	/* replay window (0: SIGNING_TOLERANCE_S, 5 minutes) */
 	int64_t (*now_s)(void); /* Unix seconds; NULL: time(NULL). For tests of the window. */
+	/* The early release (both borrowed, may be NULL: none): a terminal event whose callback
+	 * URL names the organisation (`?org=`, dial.c) gives the call's slots back in Redis at
+	 * once when the fleet is in redis mode and the gate usable, before PostgreSQL records the
+	 * end; call_end's release after the commit then finds nothing held (the release script is
+	 * idempotent per call). See README.md "Early release". */
+	struct gate *gate;
+	struct gate_mode_ctl *mode;
 };
 
 struct events_stats {
@@ -79,6 +88,8 @@ struct events_stats {
 	uint64_t duplicates;   /* events whose provider_events row existed already */
 	uint64_t batches;      /* statements sent */
 	uint64_t terminal;     /* terminal events handed to call_end */
+	uint64_t early_sent;   /* early releases sent */
+	uint64_t early_freed;  /* of which freed the call's slots */
 };
 
 /* Creates the module and prepares its statement on o->pool (before pg_pool_start()). *out is

@@ -678,9 +678,12 @@ static int build_jobs(struct worker *w)
 	    (rc = claim_new(w->pool, &co, &w->claim)) || (rc = dial_new(&dopt, &w->dial)) ||
 	    (rc = call_end_new(&ceo, &w->ends)))
 		return rc;
-	struct events_options eo = {
-		.loop = w->loop, .pool = w->pool, .ends = w->ends, .secret = o->webhook_secret
-	};
+	struct events_options eo = { .loop = w->loop,
+				     .pool = w->pool,
+				     .ends = w->ends,
+				     .secret = o->webhook_secret,
+				     .gate = w->gate,
+				     .mode = w->mode };
 	swo.ends = w->ends;
 	swo.dial = w->dial; /* re-send of orphaned calls (sweep.h) */
 	swo.lease_ms = o->lease_ms;
