@@ -148,6 +148,7 @@ static bool retry_noscript(struct redis_conn *conn, struct request *req, redisRe
 	if (rc != REDIS_OK)
 		return false;
 	conn->stats.script_reloads++;
+	redis_scripts_note_call(conn->opts.scripts, req->script, true);
 	LOG_CONN(LOG_INFO, LOG_REDIS, conn->label,
 		 "script %s was not in the server's cache: sent again with EVAL",
 		 redis_script_name(req->script));
@@ -546,6 +547,7 @@ int redis_conn_evalsha(struct redis_conn *conn, const struct redis_script *scrip
 		redisFreeCommand(cmd);
 		return rc;
 	}
+	redis_scripts_note_call(conn->opts.scripts, script, false);
 	if (eval) {
 		redisFreeCommand(cmd); /* nothing to retry */
 		return 0;
