@@ -56,11 +56,11 @@ int getaddrinfo(const char *node, const char *service, const struct addrinfo *hi
 			atomic_fetch_add(&loop_thread_lookups, 1);
 	}
 	if (node && strcmp(node, STALL) == 0) {
-		/* Held until released; on the loop's thread (the old code) the loop is stuck
-		 * here, so give up after a while rather than hang the test. */
+		/* Held until released; on the loop's thread (the old code) nothing can release
+		 * it and the loop is stuck here: a slow DNS answer of 2 s, then a failure. */
 		struct timespec until;
 		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += 20;
+		until.tv_sec += pthread_equal(pthread_self(), loop_thread) ? 2 : 60;
 		pthread_mutex_lock(&stall_mu);
 		atomic_store(&stalled, 1);
 		while (!released && pthread_cond_timedwait(&stall_cv, &stall_mu, &until) == 0)
@@ -225,6 +225,36 @@ static void pg_localhost(void **state)
 	fixture_loop_close(&loop);
 }
 
+/* A host list: a socket directory with no server, then a name (a port each): libpq gets
+ * host=/nonexistent,localhost hostaddr=,127.0.0.1 port=P,P and tries them in turn. */
+static void pg_host_list(void **state)
+{
+	uv_loop_t loop;
+	char conninfo[600];
+	struct pg_conn_stats st;
+	struct pg_conn_options o = {
+		.conninfo = conninfo,
+		.connect_timeout_ms = 30000,
+		.query_timeout_ms = 5000,
+		.reconnect_min_ms = 10,
+		.reconnect_max_ms = 50,
+	};
+	struct pg_conn *c;
+
+	reset();
+	uv_loop_init(&loop);
+	snprintf(conninfo, sizeof(conninfo), "%s host=/nonexistent,localhost port=%d,%d",
+		 svc.database_url_tcp, svc.pg_port, svc.pg_port);
+	assert_int_equal(pg_conn_new(&loop, &o, &c), 0);
+	assert_int_equal(pg_conn_start(c), 0);
+	fixture_run_until(&loop, pg_up, c, 60000);
+	pg_conn_get_stats(c, &st);
+	assert_int_equal(st.lookups, 1);
+	assert_int_equal(atomic_load(&loop_thread_lookups), 0);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
 static bool redis_failed(void *arg)
 {
 	struct redis_conn_stats st;
@@ -327,6 +357,7 @@ int main(void)
 		cmocka_unit_test(redis_localhost),
 		cmocka_unit_test(sub_localhost),
 		cmocka_unit_test(pg_localhost),
+		cmocka_unit_test(pg_host_list),
 		cmocka_unit_test(redis_stalled_lookup),
 		cmocka_unit_test(pg_stalled_lookup),
 		cmocka_unit_test(deadline_during_lookup_then_close),
