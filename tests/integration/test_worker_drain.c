@@ -6,12 +6,14 @@
 #include "error.h"
 #include "fixture.h"
 
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
@@ -35,6 +37,9 @@ static long long sql_int(const char *q)
 }
 
 /* The stub (hold mode unless told) and the worker's environment; starts the worker. */
+/* What start() gives the worker; the late-refusal test widens the two deadlines. */
+static const char *log_level, *drain_seconds = "8", *redis_command_ms = "10000";
+
 static pid_t start(bool hold, const char *token)
 {
 	char env[256];
@@ -51,13 +56,14 @@ static pid_t start(bool hold, const char *token)
 	setenv("PROVIDER_WEBHOOK_SECRET", "stub-secret", 1);
 	snprintf(env, sizeof(env), "127.0.0.1:%d", port);
 	setenv("DISPATCHER_LISTEN", env, 1);
-	setenv("DISPATCHER_LOG_LEVEL", getenv("TEST_LOG_LEVEL") ? getenv("TEST_LOG_LEVEL") : "warn",
-	       1);
+	if (!log_level)
+		log_level = getenv("TEST_LOG_LEVEL") ? getenv("TEST_LOG_LEVEL") : "warn";
+	setenv("DISPATCHER_LOG_LEVEL", log_level, 1);
 	setenv("DISPATCHER_WORKER_ID", "w1", 1);
 	setenv("BATCH_DISPATCH_SLOT_WAIT_SECONDS", "1", 1);
 	setenv("DISPATCHER_LEASE_SECONDS", "15", 1);
-	setenv("DISPATCHER_DRAIN_SECONDS", "8", 1);
-	setenv("DISPATCHER_REDIS_COMMAND_TIMEOUT_MS", "10000", 1);
+	setenv("DISPATCHER_DRAIN_SECONDS", drain_seconds, 1);
+	setenv("DISPATCHER_REDIS_COMMAND_TIMEOUT_MS", redis_command_ms, 1);
 	char *args[] = { "run", NULL };
 	return worker_pid = fixture_spawn_dispatcher(args, NULL);
 }
@@ -79,25 +85,122 @@ static redisContext *redis(void)
 	return rc;
 }
 
+/* The worker's stderr (its JSON log) goes to a file the test reads: the drain's steps are
+ * observed there, not guessed from the clock. */
+static char log_path[256];
+
+static pid_t start_logged(bool hold)
+{
+	snprintf(log_path, sizeof(log_path), "%s/worker-drain.log", svc.dir);
+	int fd = open(log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(fd >= 0);
+	int saved = dup(STDERR_FILENO);
+	assert_true(saved >= 0);
+	dup2(fd, STDERR_FILENO);
+	pid_t w = start(hold, NULL);
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	close(fd);
+	return w;
+}
+
+static bool log_has(const char *text)
+{
+	int fd = open(log_path, O_RDONLY);
+	assert_true(fd >= 0);
+	char *all = fixture_read_all(fd);
+	bool found = strstr(all, text) != NULL;
+	free(all);
+	return found;
+}
+
+/* Sends one command on the test's own Redis connection; returns the reply (freeReplyObject). */
+static redisReply *redis_do(redisContext *rc, const char *cmd)
+{
+	redisReply *rep = redisCommand(rc, cmd);
+	assert_non_null(rep);
+	assert_int_not_equal(rep->type, REDIS_REPLY_ERROR);
+	return rep;
+}
+
+/* Whether the worker's gate connection (client name "gate") is held by the pause: a command of
+ * it waits, blocked (flag b). CLIENT LIST is a read, which CLIENT PAUSE WRITE lets through. */
+static bool gate_client_blocked(redisContext *rc)
+{
+	redisReply *rep = redis_do(rc, "CLIENT LIST");
+	bool blocked = false;
+
+	for (char *line = rep->str; line && *line && !blocked;) {
+		char *end = strchr(line, '\n');
+		size_t n = end ? (size_t)(end - line) : strlen(line);
+		char buf[1024];
+		snprintf(buf, sizeof(buf), "%.*s", (int)n, line);
+		const char *flags = strstr(buf, " flags=");
+		blocked = strstr(buf, " name=gate ") && flags &&
+			  memchr(flags + 7, 'b', strcspn(flags + 7, " ")) != NULL;
+		line = end ? end + 1 : NULL;
+	}
+	freeReplyObject(rep);
+	return blocked;
+}
+
+#define UNTIL(cond, what)                                                                          \
+	do {                                                                                       \
+		long long until_ = fixture_now_ms() + WAIT_MS;                                     \
+		while (!(cond) && fixture_now_ms() < until_)                                       \
+			fixture_sleep_ms(20);                                                      \
+		if (!(cond))                                                                       \
+			fail_msg("not within %d ms: %s", WAIT_MS, what);                           \
+	} while (0)
+
+/* Review defect 2: an admission in flight when the drain starts, answered refused afterwards,
+ * must not hold the drain. Every step is made certain rather than timed:
+ * - hold mode fills the org's 4 lines, so every admission from then on is refused;
+ * - CLIENT PAUSE WRITE (until the test's UNPAUSE) holds every gate script: the test waits
+ *   until the worker's gate connection is seen blocked, then until a contact is claimed after
+ *   that (its admission can only be answered after UNPAUSE);
+ * - SIGTERM, then the log says the drain started, and the select part of it is not done (it
+ *   waits for that admission): "contacts handed back" is absent while Redis is paused;
+ * - UNPAUSE: the admission is answered refused during the drain; the drain must finish,
+ *   exit 0, with nothing left claimed and no try charged. */
 static void drain_answers_a_late_refusal(void **state)
 {
 	(void)state;
 	setenv("DISPATCHER_RECONCILE_SECONDS", "1", 1);
-	pid_t w = start(true, NULL);
+	/* The pause lasts as long as the steps take on a loaded machine: no command deadline may
+	 * end it first (a timeout would turn the late refusal into something else), and the
+	 * drain's limit (a hung drain exits 1 there) leaves room for the steps under load. */
+	log_level = "info";
+	redis_command_ms = "60000"; /* the bound */
+	drain_seconds = "30";
+	pid_t w = start_logged(true);
+	log_level = NULL;
+	redis_command_ms = "10000";
+	drain_seconds = "8";
 	wait_placed(4);
-	fixture_sleep_ms(2500);
+	UNTIL(sql_int("SELECT count(*) FROM contacts WHERE state = 'claimed'") > 4,
+	      "contacts claimed beyond the 4 placed (admissions being refused)");
 	redisContext *rc = redis();
-	redisReply *rep = redisCommand(rc, "CLIENT PAUSE 2500 ALL");
-	assert_non_null(rep);
-	freeReplyObject(rep);
-	fixture_sleep_ms(1800); /* waiters pass the 1 s slot wait; new admissions go out, blocked */
+	freeReplyObject(redis_do(rc, "CLIENT PAUSE 600000 WRITE"));
+	UNTIL(gate_client_blocked(rc), "the worker's gate connection held by the pause");
+	char after[160];
+	snprintf(after, sizeof(after),
+		 "SELECT count(*) FROM contacts WHERE state = 'claimed' AND lease_token > %lld",
+		 sql_int("SELECT last_value FROM contacts_lease_token_seq"));
+	UNTIL(sql_int(after) >= 1, "a contact claimed after the gate connection was held");
 	long long t = fixture_now_ms();
 	kill(w, SIGTERM);
+	UNTIL(log_has("drain: stop claiming"), "the drain started");
+	assert_true(gate_client_blocked(rc));
+	assert_false(log_has("drain: contacts handed back"));
+	freeReplyObject(redis_do(rc, "CLIENT UNPAUSE"));
 	int code = fixture_wait(w);
 	worker_pid = 0;
-	print_message("drain: exit %d after %lld ms (limit 8 s)\n", code, fixture_now_ms() - t);
+	print_message("drain: exit %d %lld ms after SIGTERM\n", code, fixture_now_ms() - t);
 	redisFree(rc);
 	assert_int_equal(code, 0);
+	assert_true(log_has("drain: contacts handed back"));
+	assert_false(log_has("drain did not finish"));
 	assert_int_equal(sql_int("SELECT count(*) FROM contacts WHERE state = 'claimed'"), 0);
 	assert_int_equal(sql_int("SELECT coalesce(sum(tries), 0) FROM contacts"), 0);
 	wproc_stub_stop(&stub);
