@@ -144,6 +144,7 @@ static void schedule_reconnect(struct pg_conn *conn)
 
 static void teardown(struct pg_conn *conn)
 {
+	hosts_abandon(conn->hosts);
 	unwatch(conn);
 	if (conn->pg) {
 		PQfinish(conn->pg);
@@ -306,21 +307,31 @@ static void connect_deadline_cb(uv_timer_t *t)
 		conn_lost(conn, "connect timed out");
 }
 
-static void start_connect(struct pg_conn *conn)
+void conn_connect(struct pg_conn *conn, const char *const *kw, const char *const *val)
 {
-	if (conn->state == ST_CLOSED)
-		return;
-	conn->state = ST_CONNECTING;
-	conn->pg = PQconnectStart(conn->conninfo);
+	conn->pg = kw ? PQconnectStartParams(kw, val, 0) : PQconnectStart(conn->conninfo);
 	if (!conn->pg || PQstatus(conn->pg) == CONNECTION_BAD) {
 		conn_lost_pq(conn);
 		return;
 	}
 	PQsetNoticeProcessor(conn->pg, notice_cb, conn);
-	uv_timer_start(&conn->retry_timer, connect_deadline_cb, conn->opts.connect_timeout_ms, 0);
 	/* libpq: behave as if PQconnectPoll had returned PGRES_POLLING_WRITING. */
 	if (watch(conn, UV_WRITABLE, true) < 0)
 		conn_lost_pq(conn);
+}
+
+/* One attempt: the connect deadline covers the host lookups (off the loop,
+ * pg_conn_hosts.c), the connect and the set-up. */
+static void start_connect(struct pg_conn *conn)
+{
+	if (conn->state == ST_CLOSED)
+		return;
+	conn->state = ST_CONNECTING;
+	uv_timer_start(&conn->retry_timer, connect_deadline_cb, conn->opts.connect_timeout_ms, 0);
+	if (conn->hosts)
+		hosts_begin(conn);
+	else
+		conn_connect(conn, NULL, NULL);
 }
 
 static void poll_cb(uv_poll_t *handle, int status, int events)
@@ -396,6 +407,12 @@ int pg_conn_new(uv_loop_t *loop, const struct pg_conn_options *opts, struct pg_c
 	conn->loop = loop;
 	conn->opts = *opts;
 	conn->opts.conninfo = conn->conninfo;
+	if (hosts_new(conn) < 0) {
+		pg_stmts_free(conn->own_stmts);
+		free(conn->conninfo);
+		free(conn);
+		return -ENOMEM;
+	}
 	snprintf(conn->label, sizeof(conn->label), "pg[%s]", opts->name ? opts->name : "main");
 	conn->opts.name = NULL; /* the label keeps it */
 	conn->stmts = opts->stmts ? opts->stmts : conn->own_stmts;
@@ -477,6 +494,7 @@ const char *pg_conn_label(const struct pg_conn *conn)
 void pg_conn_get_stats(const struct pg_conn *conn, struct pg_conn_stats *out)
 {
 	*out = conn->stats;
+	out->lookups = hosts_lookups(conn->hosts);
 }
 
 static void handle_closed_cb(uv_handle_t *h)
@@ -488,6 +506,7 @@ static void handle_closed_cb(uv_handle_t *h)
 	if (conn->closed_cb)
 		conn->closed_cb(conn->closed_data);
 	pg_stmts_free(conn->own_stmts);
+	hosts_free(conn->hosts);
 	free(conn->listens);
 	free(conn->conninfo);
 	free(conn);

@@ -104,6 +104,7 @@ struct pg_conn_stats {
 	uint64_t queries;	 /* requests completed (any status) */
 	uint64_t notifies;	 /* notifications delivered */
 	uint64_t inflight_peak;	 /* most requests in flight at once */
+	uint64_t lookups;	 /* host-name lookups started (on libuv's thread pool) */
 };
 
 /* Creates an empty statement set. *out is owned by the caller (pg_stmts_free()). Returns 0 or

@@ -11,6 +11,7 @@
 #include "pg_conn.h"
 #include "pg_copy.h"
 #include "pg_txn.h"
+#include "resolve.h"
 
 #define PG_LOG(conn, level, ...) LOG_CONN(level, LOG_PG, (conn)->label, __VA_ARGS__)
 
@@ -111,10 +112,11 @@ struct pg_poll {
 struct pg_conn {
 	uv_loop_t *loop;
 	struct pg_conn_options opts;
-	char *conninfo;	      /* owned copy */
-	char label[48];	      /* "pg[name]" */
-	PGconn *pg;	      /* NULL when down */
-	struct pg_poll *poll; /* watches PQsocket(pg) */
+	char *conninfo;		/* owned copy */
+	struct pg_hosts *hosts; /* its host names, looked up off the loop; NULL: none (owned) */
+	char label[48];		/* "pg[name]" */
+	PGconn *pg;		/* NULL when down */
+	struct pg_poll *poll;	/* watches PQsocket(pg) */
 	enum conn_state state;
 	struct pg_stmts *stmts; /* opts.stmts, or own_stmts */
 	struct pg_stmts *own_stmts;
@@ -151,6 +153,23 @@ int conn_watch(struct pg_conn *conn, int events);
  * reused, and the connection is dropped at the next flush (no callback runs from here). */
 void conn_io_failed(struct pg_conn *conn);
 void conn_dispatch_notifies(struct pg_conn *conn);
+
+/* Starts libpq's connect with the conninfo (kw NULL) or with these parameters (the conninfo's,
+ * hostaddr added: pg_conn_hosts.c). */
+void conn_connect(struct pg_conn *conn, const char *const *kw, const char *const *val);
+
+/* pg_conn_hosts.c: sets conn->hosts when the conninfo names a host to look up (else NULL:
+ * libpq gets the conninfo as it is). Returns 0 or -ENOMEM. */
+int hosts_new(struct pg_conn *conn);
+/* Looks the names up for an attempt (a lookup still in flight from an earlier one is waited
+ * for), then calls conn_connect() with hostaddr=, or conn_lost() when no host resolved. */
+void hosts_begin(struct pg_conn *conn);
+/* The attempt gave up (deadline, close): nothing is called when the lookups come back. */
+void hosts_abandon(struct pg_hosts *hs);
+/* Cancels the lookups in flight and frees hs (NULL allowed). */
+void hosts_free(struct pg_hosts *hs);
+/* Lookups started so far (0 for NULL). */
+uint64_t hosts_lookups(const struct pg_hosts *hs);
 
 /* pg_pipe.c */
 struct pg_req *req_new(const struct pg_query *q, int nq);

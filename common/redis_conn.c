@@ -75,6 +75,9 @@ static void lost(struct redis_conn *conn, const char *why)
 		log_failed_connect(conn, why);
 	}
 	conn->refusing = false;
+	resolve_cursor_abandon(&conn->target);
+	if (was_up)
+		resolve_cursor_forget(&conn->target);
 	schedule_reconnect(conn);
 	if (was_up && conn->opts.event_cb) {
 		struct redis_conn_event ev = { .type = REDIS_CONN_DOWN };
@@ -148,6 +151,7 @@ static bool retry_noscript(struct redis_conn *conn, struct request *req, redisRe
 	if (rc != REDIS_OK)
 		return false;
 	conn->stats.script_reloads++;
+	redis_scripts_note_call(conn->opts.scripts, req->script, true);
 	LOG_CONN(LOG_INFO, LOG_REDIS, conn->label,
 		 "script %s was not in the server's cache: sent again with EVAL",
 		 redis_script_name(req->script));
@@ -246,29 +250,46 @@ static void connect_deadline_cb(uv_timer_t *t)
 	struct redis_conn *conn = t->data;
 
 	if (conn->state == ST_CONNECTING)
-		conn_drop(conn, "connect timed out");
+		conn_drop(conn, conn->ac ? "connect timed out" : "connect timed out (host lookup)");
 }
 
-static void start_connect(struct redis_conn *conn)
+/* The attempt's address is known (a literal, "" with a socket path) or its lookup failed. */
+static void target_cb(int status, const char *host, void *data)
 {
+	struct redis_conn *conn = data;
 	redisAsyncContext *ac;
+	char why[384];
 
-	if (conn->state == ST_CLOSED)
+	if (status < 0) {
+		snprintf(why, sizeof(why), "cannot resolve %s: %s", conn->addr.host,
+			 uv_strerror(status));
+		lost(conn, why);
 		return;
-	if (redis_uv_connect(conn->loop, conn->addr.host, conn->addr.port, conn->addr.path,
-			     conn->label, &ac) < 0) {
+	}
+	if (redis_uv_connect(conn->loop, host, conn->addr.port, conn->addr.path, conn->label, &ac) <
+	    0) {
 		conn->stats.failed_connects++;
 		schedule_reconnect(conn);
 		return;
 	}
 	ac->data = conn;
-	conn->in_multi = false;
 	redisAsyncSetConnectCallback(ac, connect_cb);
 	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
 	conn->ac = ac;
+	handshake_begin(conn);
+}
+
+/* One attempt: the connect deadline covers the host lookup (off the loop, resolve.h), the
+ * connect and the handshake. hiredis is only ever given a numeric address or a socket path, so
+ * it never calls getaddrinfo() on the loop. */
+static void start_connect(struct redis_conn *conn)
+{
+	if (conn->state == ST_CLOSED)
+		return;
+	conn->in_multi = false;
 	conn->state = ST_CONNECTING;
 	uv_timer_start(&conn->retry_timer, connect_deadline_cb, conn->opts.connect_timeout_ms, 0);
-	handshake_begin(conn);
+	resolve_cursor_next(&conn->target);
 }
 
 static void deadline_cb(uv_timer_t *t)
@@ -351,6 +372,8 @@ int redis_conn_new(uv_loop_t *loop, const struct redis_conn_options *opts, struc
 		return rc;
 	}
 	conn->loop = loop;
+	resolve_cursor_init(&conn->target, loop, conn->addr.path[0] ? "" : conn->addr.host,
+			    target_cb, conn);
 	conn->rng = backoff_seed(uv_hrtime(), conn);
 	backoff_init(&conn->backoff, opts->reconnect_min_ms, opts->reconnect_max_ms);
 	uv_timer_init(loop, &conn->retry_timer);
@@ -546,6 +569,7 @@ int redis_conn_evalsha(struct redis_conn *conn, const struct redis_script *scrip
 		redisFreeCommand(cmd);
 		return rc;
 	}
+	redis_scripts_note_call(conn->opts.scripts, script, false);
 	if (eval) {
 		redisFreeCommand(cmd); /* nothing to retry */
 		return 0;
@@ -579,6 +603,7 @@ const char *redis_conn_server_version(const struct redis_conn *conn)
 void redis_conn_get_stats(const struct redis_conn *conn, struct redis_conn_stats *out)
 {
 	*out = conn->stats;
+	out->lookups = conn->target.lookups;
 }
 
 static void handle_closed_cb(uv_handle_t *h)
@@ -601,6 +626,7 @@ void redis_conn_close(struct redis_conn *conn, void (*closed_cb)(void *data), vo
 	conn->hook_run = 0;
 	conn->closed_cb = closed_cb;
 	conn->closed_data = data;
+	resolve_cursor_close(&conn->target);
 	if (ac)
 		redisAsyncFree(ac); /* every pending callback runs now with -ECANCELED */
 	uv_close((uv_handle_t *)&conn->retry_timer, handle_closed_cb);

@@ -100,6 +100,7 @@ struct redis_conn_stats {
 	uint64_t new_servers;	  /* ups whose run_id differed from the previous up's */
 	uint64_t script_loads;	  /* SCRIPT LOADs answered during handshakes */
 	uint64_t script_reloads;  /* calls retried with EVAL after a NOSCRIPT answer */
+	uint64_t lookups;	  /* host-name lookups started (on libuv's thread pool) */
 };
 
 /* Creates a connection; it connects when redis_conn_start() is called. *out is owned by the

@@ -5,6 +5,7 @@
 #include "backoff.h"
 #include "list.h"
 #include "redis_conn.h"
+#include "resolve.h"
 
 #include <hiredis/async.h>
 
@@ -47,6 +48,7 @@ struct redis_conn {
 	char *url, *name, *gen_key;	/* owned copies */
 	char label[80];			/* "redis[<name>]" */
 	struct redis_url addr;		/* the parsed URL */
+	struct resolve_cursor target;	/* the address of each attempt (addr.host looked up) */
 	redisAsyncContext *ac;		/* NULL when down; owned by hiredis once connected */
 	enum conn_state state;
 	bool in_multi;		   /* MULTI sent, EXEC or DISCARD not yet: EVALSHA goes as EVAL */

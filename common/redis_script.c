@@ -23,6 +23,8 @@ struct redis_script {
 	int numkeys;
 	int numargs;
 	bool more_args; /* ARGV ends with "..." */
+	size_t index;	/* in reg->v */
+	struct redis_script_calls calls;
 };
 
 struct redis_scripts {
@@ -223,6 +225,7 @@ int redis_scripts_add(struct redis_scripts *reg, const struct embedded_file *fil
 	if (!s)
 		return -ENOMEM;
 	s->reg = reg;
+	s->index = reg->n;
 	s->numkeys = h.keys;
 	s->numargs = h.args;
 	s->more_args = h.more_args;
@@ -293,6 +296,35 @@ bool redis_script_fits(const struct redis_script *s, int argc)
 {
 	int want = s->numkeys + s->numargs;
 	return s->more_args ? argc >= want : argc == want;
+}
+
+void redis_scripts_note_call(struct redis_scripts *reg, const struct redis_script *s, bool retry)
+{
+	if (!reg || !s || s->index >= reg->n || reg->v[s->index] != s)
+		return;
+	struct redis_script_calls *c = &reg->v[s->index]->calls;
+	if (retry)
+		c->retries++;
+	else
+		c->calls++;
+}
+
+int redis_scripts_calls(const struct redis_scripts *reg, const char *name,
+			struct redis_script_calls *out)
+{
+	const struct redis_script *s = redis_scripts_find(reg, name);
+
+	if (!s) {
+		memset(out, 0, sizeof(*out));
+		return -ENOENT;
+	}
+	*out = s->calls;
+	return 0;
+}
+
+void redis_script_get_calls(const struct redis_script *s, struct redis_script_calls *out)
+{
+	*out = s->calls;
 }
 
 static bool error_starts(const redisReply *reply, const char *prefix)

@@ -42,6 +42,7 @@
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct redis_scripts;
 struct redis_script;
@@ -91,6 +92,23 @@ int redis_script_numkeys(const struct redis_script *s);
 /* Whether argc values (keys then arguments) fit the header: argc == keys + args, or at least that
  * many when ARGV ends with "...". */
 bool redis_script_fits(const struct redis_script *s, int argc);
+
+/* How often a script was called, summed over every connection its registry serves. */
+struct redis_script_calls {
+	uint64_t calls;	  /* calls sent: EVALSHA, or EVAL inside MULTI (one per call made) */
+	uint64_t retries; /* NOSCRIPT answers sent again as EVAL: extra round trips, not in calls */
+};
+
+/* Counts one call of s sent on a connection of reg (retry: the EVAL re-send of a call already
+ * counted). redis_conn_evalsha() calls it; s must belong to reg (else ignored). */
+void redis_scripts_note_call(struct redis_scripts *reg, const struct redis_script *s, bool retry);
+
+/* The counts of the script registered under name. Returns 0, or -ENOENT (*out zeroed). */
+int redis_scripts_calls(const struct redis_scripts *reg, const char *name,
+			struct redis_script_calls *out);
+
+/* The counts of s (a handle from any registry). */
+void redis_script_get_calls(const struct redis_script *s, struct redis_script_calls *out);
 
 /* Whether reply is Redis' NOSCRIPT error (the server does not have the script). */
 bool redis_reply_is_noscript(const redisReply *reply);

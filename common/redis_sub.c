@@ -4,6 +4,7 @@
 #include "list.h"
 #include "log.h"
 #include "redis_uv.h"
+#include "resolve.h"
 
 #include <errno.h>
 #include <hiredis/async.h>
@@ -37,8 +38,9 @@ struct redis_sub {
 	struct redis_sub_options opts; /* strings point at the owned copies below */
 	char *url, *name;
 	char label[80];
-	struct redis_url addr; /* the parsed URL */
-	redisAsyncContext *ac; /* NULL when down; owned by hiredis */
+	struct redis_url addr;	      /* the parsed URL */
+	struct resolve_cursor target; /* the address of each attempt (addr.host looked up) */
+	redisAsyncContext *ac;	      /* NULL when down; owned by hiredis */
 	enum sub_state state;
 	uv_timer_t retry_timer;	   /* reconnect delay, then connect deadline */
 	uv_timer_t liveness_timer; /* next ping, or the deadline of the ping out */
@@ -102,6 +104,9 @@ static void lost(struct redis_sub *sub, const char *why)
 		       (&(const struct log_ids){ .conn = sub->label }),
 		       "connect to %s failed (attempt %u): %s", SERVER(sub), a + 1, why);
 	}
+	resolve_cursor_abandon(&sub->target);
+	if (was_up)
+		resolve_cursor_forget(&sub->target);
 	schedule_reconnect(sub);
 	if (was_up && sub->opts.state_cb)
 		sub->opts.state_cb(sub, false, sub->opts.data);
@@ -289,7 +294,8 @@ static void connect_deadline_cb(uv_timer_t *t)
 	struct redis_sub *sub = t->data;
 
 	if (sub->state == SS_CONNECTING)
-		drop(sub, "connect timed out (subscriptions not confirmed)");
+		drop(sub, sub->ac ? "connect timed out (subscriptions not confirmed)"
+				  : "connect timed out (host lookup)");
 }
 
 /* Whether r is an error reply on the connection still being made (privdata is the sub; r is
@@ -346,14 +352,21 @@ static int send_hello(struct redis_sub *sub)
 	return rc;
 }
 
-static void start_connect(struct redis_sub *sub)
+/* The attempt's address is known (a literal, "" with a socket path) or its lookup failed. */
+static void target_cb(int status, const char *host, void *data)
 {
+	struct redis_sub *sub = data;
 	redisAsyncContext *ac;
+	char why[384];
 
-	if (sub->state == SS_CLOSED)
+	if (status < 0) {
+		snprintf(why, sizeof(why), "cannot resolve %s: %s", sub->addr.host,
+			 uv_strerror(status));
+		lost(sub, why);
 		return;
-	if (redis_uv_connect(sub->loop, sub->addr.host, sub->addr.port, sub->addr.path, sub->label,
-			     &ac) < 0) {
+	}
+	if (redis_uv_connect(sub->loop, host, sub->addr.port, sub->addr.path, sub->label, &ac) <
+	    0) {
 		sub->stats.failed_connects++;
 		schedule_reconnect(sub);
 		return;
@@ -362,10 +375,18 @@ static void start_connect(struct redis_sub *sub)
 	redisAsyncSetConnectCallback(ac, connect_cb);
 	redisAsyncSetDisconnectCallback(ac, disconnect_cb);
 	sub->ac = ac;
-	sub->state = SS_CONNECTING;
-	uv_timer_start(&sub->retry_timer, connect_deadline_cb, sub->opts.connect_timeout_ms, 0);
 	if (send_hello(sub) < 0)
 		drop(sub, "could not queue the subscriptions");
+}
+
+/* One attempt; the connect deadline covers the host lookup (off the loop, resolve.h). */
+static void start_connect(struct redis_sub *sub)
+{
+	if (sub->state == SS_CLOSED)
+		return;
+	sub->state = SS_CONNECTING;
+	uv_timer_start(&sub->retry_timer, connect_deadline_cb, sub->opts.connect_timeout_ms, 0);
+	resolve_cursor_next(&sub->target);
 }
 
 static int add(struct redis_sub *sub, const char *name, bool pattern, bool internal,
@@ -474,6 +495,8 @@ int redis_sub_new(uv_loop_t *loop, const struct redis_sub_options *opts, struct 
 		return rc;
 	}
 	sub->loop = loop;
+	resolve_cursor_init(&sub->target, loop, sub->addr.path[0] ? "" : sub->addr.host, target_cb,
+			    sub);
 	sub->rng = backoff_seed(uv_hrtime(), sub);
 	backoff_init(&sub->backoff, opts->reconnect_min_ms, opts->reconnect_max_ms);
 	uv_timer_init(loop, &sub->retry_timer);
@@ -511,6 +534,7 @@ const char *redis_sub_ping_channel(const struct redis_sub *sub)
 void redis_sub_get_stats(const struct redis_sub *sub, struct redis_sub_stats *out)
 {
 	*out = sub->stats;
+	out->lookups = sub->target.lookups;
 }
 
 static void handle_closed_cb(uv_handle_t *h)
@@ -532,6 +556,7 @@ void redis_sub_close(struct redis_sub *sub, void (*closed_cb)(void *data), void 
 	sub->ac = NULL;
 	sub->closed_cb = closed_cb;
 	sub->closed_data = data;
+	resolve_cursor_close(&sub->target);
 	if (ac)
 		redisAsyncFree(ac); /* deferred when inside one of its callbacks */
 	uv_close((uv_handle_t *)&sub->retry_timer, handle_closed_cb);

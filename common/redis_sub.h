@@ -70,6 +70,7 @@ struct redis_sub_stats {
 	uint64_t pings_skipped;	    /* intervals without a verdict: the publisher was down, or
 				     * its connection was lost with the ping */
 	uint64_t liveness_failures; /* connections dropped because a ping was late or lost */
+	uint64_t lookups;	    /* host-name lookups started (on libuv's thread pool) */
 };
 
 /* Creates a subscriber; it connects when redis_sub_start() is called. *out is owned by the

@@ -28,7 +28,9 @@ const struct config_setting settings_table[] = {
 	{ "DISPATCHER_LOG_LEVEL", CONFIG_ENUM, 0, 0, "info", "error|warn|info|debug", NULL, false,
 	  OFF(log_level), "Lowest level written to stderr (JSON lines)." },
 	{ "DISPATCHER_WORKER_ID", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(worker_id),
-	  "This worker's name in leases and logs. Unset: hostname:pid." },
+	  "This worker's name in leases, Redis keys and logs: letters, digits, _ and -, at most "
+	  "64. "
+	  "Unset: hostname-pid." },
 	{ "BATCH_DISPATCH_SLOT_WAIT_SECONDS", CONFIG_INT, 1, 300, "15", NULL, "s", false,
 	  OFF(batch_slot_wait_s),
 	  "How long a claimed batch contact waits for a line before going back to the queue "
@@ -89,8 +91,9 @@ const struct config_setting settings_table[] = {
 	{ "DISPATCHER_FLOOR_TTL_SECONDS", CONFIG_INT, 1, 3600, "10", NULL, "s", false,
 	  OFF(floor_ttl_s),
 	  "Installed floors expire after this unless renewed; must exceed the refresh period." },
-	{ "DISPATCHER_RECONCILE_SECONDS", CONFIG_INT, 1, 3600, "10", NULL, "s", false,
-	  OFF(reconcile_s), "Period of the elected reconciler (gate against PostgreSQL)." },
+	{ "DISPATCHER_RECONCILE_SECONDS", CONFIG_INT, 1, 10, "10", NULL, "s", false,
+	  OFF(reconcile_s),
+	  "Period of the elected reconciler (gate against PostgreSQL); at most 10 s (SPEC C11)." },
 	{ "DISPATCHER_HTTP_MAX_CONNECTIONS", CONFIG_INT, 16, 1000000, "1024", NULL, NULL, false,
 	  OFF(http_max_connections),
 	  "Open connections of the HTTP server (capped under the file-descriptor limit); beyond "
@@ -160,10 +163,14 @@ static int check_text(struct settings *s, char *err, size_t len)
 		while (n > 0 && s->public_url[n - 1] == '/')
 			s->public_url[--n] = '\0';
 	}
-	for (const char *p = s->worker_id; p && *p; p++)
-		if ((unsigned char)*p <= ' ' || *p == 0x7f)
-			return refuse(err, len, "DISPATCHER_WORKER_ID", s->worker_id,
-				      "has a space or a control character");
+	/* It names leases, the hand-off's Redis keys and the elections: the worker's parts refuse
+	 * anything else (they used to fail the start with "cannot build: Invalid argument"). */
+	if (s->worker_id &&
+	    (strlen(s->worker_id) > 64 ||
+	     strspn(s->worker_id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+				  "0123456789_-") != strlen(s->worker_id)))
+		return refuse(err, len, "DISPATCHER_WORKER_ID", s->worker_id,
+			      "is not 1 to 64 letters, digits, _ or -");
 	return 0;
 }
 

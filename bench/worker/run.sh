@@ -30,9 +30,11 @@ table=$out/worker-$stamp.txt
 	echo "# bench/worker/run.sh$([ $quick = 1 ] && echo ' --quick') — $(date -u '+%F %T UTC')," \
 		"$(nproc) CPUs, load average at start:$(cut -d' ' -f1-3 /proc/loadavg | sed 's/^/ /')"
 	echo "# $per contacts in each of cmp-alpha, cmp-bravo (and cmp-capped); warm-up ${warm} s, window ${window} s"
-	printf '%-3s %-5s %-6s %-4s %7s %7s %8s %7s %7s %7s %6s %6s %6s %6s %6s %6s %6s %6s %6s %s\n' \
+	echo "# ev/call: every EVALSHA per call placed (window); as/adm rel/c take/c oth/c: scripts by" \
+		"kind per admitted call over the whole run (the workers' exit lines)"
+	printf '%-3s %-5s %-6s %-4s %7s %7s %8s %7s %7s %7s %6s %6s %6s %6s %7s %6s %6s %6s %6s %6s %6s %6s %6s %s\n' \
 		w lines hold_ms blog window_s util_% cycles/s p2_n p2_p50 p2_p99 cpu_wk cpu_rd cpu_pg \
-		cpu_st ev/adm rcmd/c stmt/c rows/c xact/c rss_MiB
+		cpu_st ev/call as/adm rel/c take/c oth/c rcmd/c stmt/c rows/c xact/c rss_MiB
 } >"$table"
 for hold in $holds; do
 	for lines in 20 200; do
@@ -52,12 +54,14 @@ for hold in $holds; do
 			else
 				p50=- p99=-
 			fi
-			printf '%-3s %-5s %-6s %-4s %7s %7.1f %8s %7s %7s %7s %6s %6s %6s %6s %6s %6s %6s %6s %6s %s\n' \
+			printf '%-3s %-5s %-6s %-4s %7s %7.1f %8s %7s %7s %7s %6s %6s %6s %6s %7s %6s %6s %6s %6s %6s %6s %6s %6s %s\n' \
 				$w $lines $hold "$(v backlogged)" "$(v window_s)" \
 				"$(awk "BEGIN{print $(v util)*100}")" "$(v cycles_per_s)" "$p2n" "$p50" "$p99" \
 				"$(v cpu_worker_per_kcycle)" "$(v cpu_redis_per_kcycle)" \
 				"$(v cpu_pg_per_kcycle)" "$(v cpu_stub_per_kcycle)" \
-				"$(v evalsha_per_admission)" "$(v redis_cmds_per_cycle)" \
+				"$(v evalsha_per_admission)" "$(v admit_scripts_per_admission)" \
+				"$(v release_scripts_per_cycle)" "$(v lane_takes_per_cycle)" \
+				"$(v other_scripts_per_cycle)" "$(v redis_cmds_per_cycle)" \
 				"$(v pg_stmts_per_cycle)" "$(v pg_rows_per_cycle)" "$(v pg_xact_per_cycle)" \
 				"$rss" >>"$table"
 		done
@@ -66,4 +70,4 @@ done
 echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$table"
 cat "$table"
 echo "(written to $table; targets: P1 util >= 99 %, P2 p50 <= 1 ms and p99 <= 5 ms," \
-	"P4 >= 8,028 cycles/s at 1 ms, 1 gate round trip per admission, RSS <= 64 MiB)"
+	"P4 >= 8,028 cycles/s at 1 ms, P6 as/adm = 1 gate round trip per admission, RSS <= 64 MiB)"

@@ -31,7 +31,9 @@ struct demo_procs {
 
 struct demo_worker_env {
 	const char *database_url, *redis_url, *secret;
-	int port; /* the one listening port the workers share (SO_REUSEPORT) */
+	int port;	       /* the one listening port the workers share (SO_REUSEPORT) */
+	const char *log_level; /* DISPATCHER_LOG_LEVEL (NULL: warn; --bench: info, for the exit
+				* line with the script calls) */
 };
 
 /* Signals: the first SIGINT/SIGTERM/SIGHUP asks the demo to stop (demo_interrupted()), a second

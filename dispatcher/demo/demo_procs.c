@@ -195,10 +195,11 @@ int demo_workers_start(struct demo_procs *p, const char *self, unsigned n,
 		       const struct demo_worker_env *we)
 {
 	char db[600], redis[300], provider[80], secret[120], listen[64], public[80], id[64];
-	char log_path[300];
-	char *set[] = {
-		db, redis, provider, secret, listen, public, id, "DISPATCHER_LOG_LEVEL=warn"
-	};
+	char level[48], log_path[300];
+	char *set[] = { db, redis, provider, secret, listen, public, id, level };
+
+	snprintf(level, sizeof(level), "DISPATCHER_LOG_LEVEL=%s",
+		 we->log_level ? we->log_level : "warn");
 
 	snprintf(db, sizeof(db), "DATABASE_URL=%s", we->database_url);
 	snprintf(redis, sizeof(redis), "REDIS_URL=%s", we->redis_url);

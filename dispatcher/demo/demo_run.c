@@ -15,6 +15,8 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -48,6 +50,18 @@ struct bench_snap {
 };
 
 enum { B_WARM, B_WINDOW, B_COLLECT, B_DONE };
+
+/* --bench: the workers' exit lines ("script calls: ...", worker.c), summed over the workers
+ * whose log holds one; over the whole run, not the window. */
+#define TALLY_OTHERS 32
+struct script_tally {
+	unsigned workers;				 /* logs with the line */
+	double tries, admitted, refused, wakes, retries; /* admissions; NOSCRIPT re-sends */
+	double admit, release, take, all; /* gate_admit, gate_release, lane_take, every script */
+	char other[TALLY_OTHERS][48];	  /* the other scripts called, by name */
+	double other_n[TALLY_OTHERS];
+	size_t n_other;
+};
 
 /* One campaign's capacity answer, as last read from the gate. */
 struct row {
@@ -90,6 +104,7 @@ struct demo {
 	bool b_ho_done, b_ho_have;	     /* GET /handoff answered, with the org's figures */
 	double ho_n, ho_p50, ho_p90, ho_p99, ho_max, ho_dropped;
 	long rss_kib[DEMO_WORKERS_MAX];
+	struct script_tally tally;
 };
 
 static void bench_snap_rest(struct demo *d, struct bench_snap *b);
@@ -637,6 +652,117 @@ static void stats_final(struct demo *d)
 	d->end = end; /* the figures' window ends with the table */
 }
 
+/* ---- --bench: the workers' script calls, from their logs ---- */
+
+static void tally_other(struct script_tally *t, const char *name, size_t len, double n)
+{
+	size_t i = 0;
+
+	while (i < t->n_other && (strlen(t->other[i]) != len || memcmp(t->other[i], name, len)))
+		i++;
+	if (i == t->n_other) {
+		if (i == TALLY_OTHERS || len >= sizeof(t->other[0]))
+			return;
+		snprintf(t->other[i], sizeof(t->other[0]), "%.*s", (int)len, name);
+		t->n_other++;
+	}
+	t->other_n[i] += n;
+}
+
+/* One "key=value" of an exit line into t. */
+static void tally_token(struct script_tally *t, const char *k, size_t klen, double v)
+{
+	static const struct {
+		const char *key;
+		size_t off;
+	} fields[] = {
+		{ "admission_tries", offsetof(struct script_tally, tries) },
+		{ "admitted", offsetof(struct script_tally, admitted) },
+		{ "refused", offsetof(struct script_tally, refused) },
+		{ "wakes", offsetof(struct script_tally, wakes) },
+		{ "script_retries", offsetof(struct script_tally, retries) },
+		{ "script.gate_admit.lua", offsetof(struct script_tally, admit) },
+		{ "script.gate_release.lua", offsetof(struct script_tally, release) },
+		{ "script.lane_take.lua", offsetof(struct script_tally, take) },
+	};
+
+	if (klen > 7 && memcmp(k, "script.", 7) == 0)
+		t->all += v;
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+		if (strlen(fields[i].key) == klen && memcmp(fields[i].key, k, klen) == 0) {
+			*(double *)((char *)t + fields[i].off) += v;
+			return;
+		}
+	}
+	if (klen > 7 && memcmp(k, "script.", 7) == 0 && v > 0)
+		tally_other(t, k + 7, klen - 7, v);
+}
+
+/* Adds the last exit line of the worker log at path to t. */
+static void tally_log(struct script_tally *t, const char *path)
+{
+	static const char tag[] = "\"msg\":\"script calls: ";
+	FILE *f = fopen(path, "r");
+	char *line = NULL, *last = NULL;
+	size_t cap = 0;
+
+	if (!f)
+		return;
+	while (getline(&line, &cap, f) > 0) {
+		if (strstr(line, tag)) {
+			free(last);
+			last = strdup(line);
+		}
+	}
+	free(line);
+	fclose(f);
+	if (!last)
+		return;
+	t->workers++;
+	const char *p = strstr(last, tag) + sizeof(tag) - 1;
+	const char *end = strchr(p, '"');
+	while (end && p < end) {
+		size_t n = strcspn(p, " \"");
+		const char *eq = memchr(p, '=', n);
+		if (eq)
+			tally_token(t, p, (size_t)(eq - p), strtod(eq + 1, NULL));
+		p += n + (p[n] == ' ');
+	}
+	free(last);
+}
+
+/* Reads every worker's exit line (after they exited). */
+static void tally_workers(struct demo *d)
+{
+	char path[PATH_MAX];
+
+	memset(&d->tally, 0, sizeof(d->tally));
+	for (unsigned i = 0; i < d->procs.n_workers; i++) {
+		snprintf(path, sizeof(path), "%s/worker-%u.log", d->e.dir, i + 1);
+		tally_log(&d->tally, path);
+	}
+}
+
+/* The bench line's script fields: per admitted call ("cycle" here), over the whole run. */
+static void tally_print(const struct demo *d)
+{
+	const struct script_tally *t = &d->tally;
+	double a = t->workers && t->admitted > 0 ? t->admitted : 0;
+	double other = t->all - t->admit - t->release - t->take;
+
+	printf(" scripts_workers=%u run_admitted=%.0f run_admission_tries=%.0f run_refused=%.0f "
+	       "run_wakes=%.0f run_admit_scripts=%.0f run_scripts=%.0f script_retries=%.0f "
+	       "admit_scripts_per_admission=%.3f release_scripts_per_cycle=%.3f "
+	       "lane_takes_per_cycle=%.3f other_scripts_per_cycle=%.3f other_scripts=",
+	       t->workers, t->admitted, t->tries, t->refused, t->wakes, t->admit, t->all,
+	       t->retries, a ? t->admit / a : -1, a ? t->release / a : -1, a ? t->take / a : -1,
+	       a ? other / a : -1);
+	for (size_t i = 0; i < t->n_other; i++)
+		printf("%s%s:%.0f", i ? "," : "", t->other[i], t->other_n[i]);
+	if (!t->n_other)
+		printf("-");
+}
+
 /* ---- summary ---- */
 
 /* --bench: the "bench:" line (bench/worker/run.sh reads it; README.md says what each means). */
@@ -680,6 +806,7 @@ static void bench_line(const struct demo *d, const struct stub_snap *fin)
 	       (b1->xact - b0->xact) * per, fin->duplicates, fin->org_max);
 	for (unsigned i = 0; i < d->procs.n_workers; i++)
 		printf("%s%ld", i ? "," : "", d->rss_kib[i]);
+	tally_print(d);
 	printf("\n");
 	if (d->b_ho_have && d->ho_dropped > 0)
 		printf("  (hand-off: %.0f freed lines not followed by their dial while saturated "
@@ -859,7 +986,8 @@ static int prepare_all(struct demo *d, const char *self, const char *stub)
 	struct demo_worker_env we = { .database_url = d->e.database_url,
 				      .redis_url = d->e.redis_url,
 				      .secret = secret,
-				      .port = port };
+				      .port = port,
+				      .log_level = d->o.bench ? "info" : NULL };
 	printf("starting the provider stub (port %d) and %u workers (port %d)...\n\n",
 	       d->procs.stub_port, d->o.workers, port);
 	fflush(stdout);
@@ -921,6 +1049,8 @@ int demo_main(int argc, char **argv)
 		printf("%d worker(s) did not exit within 15 s of SIGTERM and were killed\n",
 		       killed);
 	stats_final(&d);
+	if (d.o.bench)
+		tally_workers(&d);
 	rc = summary(&d, d.now.have ? &d.now : &d.end);
 	if (!d.end.have || d.end.placed == 0) {
 		fprintf(stderr, "dispatcher demo: no call was placed\n");

@@ -23,6 +23,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,7 @@ struct worker {
 	worker_dial_hook dial_hook;
 	void *dial_hook_data;
 	struct list_node end_retries; /* dial_end_ctx waiting to re-submit a failed end */
+	struct select_stats sel_st;   /* the selector's counts when it was closed (exit line) */
 };
 
 /* ---- events forwarded to the gate mode controller and the hand-off ---- */
@@ -381,6 +383,32 @@ static void sub_closed(void *data)
 	w->handoff = NULL;
 }
 
+/* The exit line (demo --bench reads it): the selector's admissions and every script's calls
+ * over the process's life, as key=value. "admission_tries" counts the admissions sent (each a
+ * gate_admit.lua call in redis mode, a waiter's re-try included), "admitted" the calls admitted;
+ * "script.<name>" the calls sent, "script_retries" their NOSCRIPT re-sends (all scripts). */
+static void log_script_calls(const struct worker *w)
+{
+	char buf[2048];
+	uint64_t retries = 0;
+	int len = 0;
+
+	for (size_t i = 0; w->reg && i < redis_scripts_count(w->reg); i++) {
+		const struct redis_script *s = redis_scripts_at(w->reg, i);
+		struct redis_script_calls c;
+		redis_script_get_calls(s, &c);
+		retries += c.retries;
+		if (len >= 0 && (size_t)len < sizeof(buf))
+			len += snprintf(buf + len, sizeof(buf) - (size_t)len, " script.%s=%" PRIu64,
+					redis_script_name(s), c.calls);
+	}
+	log_info(LOG_MAIN,
+		 "script calls: worker=%s admission_tries=%" PRIu64 " admitted=%" PRIu64
+		 " refused=%" PRIu64 " wakes=%" PRIu64 " script_retries=%" PRIu64 "%s",
+		 w->o.worker_id, w->sel_st.admissions, w->sel_st.admitted, w->sel_st.refused,
+		 w->sel_st.wakes, retries, len > 0 ? buf : "");
+}
+
 /* The last stage: call_end (its batches in flight commit and their gate releases are answered),
  * then the pool and Redis. */
 static void ends_closed(void *data)
@@ -388,6 +416,7 @@ static void ends_closed(void *data)
 	struct worker *w = data;
 
 	w->ends = NULL;
+	log_script_calls(w); /* every script of this process is sent by now */
 	if (w->pool)
 		pg_pool_close(w->pool, NULL, NULL);
 	if (w->conn)
@@ -438,8 +467,10 @@ static void close_all(struct worker *w)
 	if (w->final)
 		return;
 	w->final = true;
-	if (w->sel)
+	if (w->sel) {
+		select_get_stats(w->sel, &w->sel_st);
 		select_close(w->sel, NULL, NULL);
+	}
 	w->sel = NULL;
 	if (w->dial)
 		dial_close(w->dial, NULL, NULL);

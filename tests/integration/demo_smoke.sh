@@ -22,4 +22,19 @@ grep -Eq '^  late campaign at floor: +[0-9.]+ s after it joined' "$out" || fail 
 grep -q '^Result: ok$' "$out" || fail "no 'Result: ok'"
 # plain lines, not an in-place table, when stdout is not a terminal
 grep -q $'\033' "$out" && fail "terminal escapes in non-terminal output"
+
+# --bench: the bench line, with the scripts by kind read from both workers' exit lines (over the
+# whole run): every admitted call took at least its one admission script.
+"$bin" demo --bench --workers 2 --contacts 2000 --warmup-s 1 --window-s 2 --hold-ms 1-1 \
+	--minutes 1 >"$out" 2>&1 </dev/null
+rc=$?
+grep -E '^bench:|^Result' "$out"
+[ "$rc" -eq 0 ] || { cat "$out"; fail "--bench: exit $rc, expected 0"; }
+line=$(grep '^bench: workers=' "$out") || fail "--bench: no bench line"
+v() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }
+[ "$(v scripts_workers)" = 2 ] || fail "--bench: the script calls of both workers were not read"
+awk -v a="$(v run_admitted)" -v s="$(v run_admit_scripts)" -v t="$(v run_admission_tries)" \
+	-v r="$(v admit_scripts_per_admission)" -v l="$(v lane_takes_per_cycle)" \
+	'BEGIN { exit !(a > 0 && s >= a && t >= s && r >= 1 && r == sprintf("%.3f", s / a) && l > 0) }' ||
+	fail "--bench: admission scripts per admission missing or inconsistent"
 echo "demo_smoke: ok"

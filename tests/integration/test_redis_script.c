@@ -1,6 +1,6 @@
 /* Lua scripts through the Redis layer: the registry's header rules, loading on every connect
  * before up, EVALSHA, the one retry after NOSCRIPT (SCRIPT FLUSH, pipelined calls), a server
- * restart, a script the server refuses, and the generation guard. */
+ * restart, a script the server refuses, the generation guard, and the per-script call counts. */
 #include "error.h"
 #include "fixture.h"
 #include "redis_conn.h"
@@ -536,6 +536,75 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* The counts of name in reg, asserted. */
+static void assert_calls(const struct redis_scripts *reg, const char *name, uint64_t calls,
+			 uint64_t retries)
+{
+	struct redis_script_calls n;
+
+	assert_int_equal(redis_scripts_calls(reg, name, &n), 0);
+	assert_int_equal(n.calls, calls);
+	assert_int_equal(n.retries, retries);
+}
+
+/* Every call sent is counted once against its script, over every connection of the registry;
+ * a NOSCRIPT re-send is counted apart (retries); a call refused before it is sent is not. */
+static void call_counts(void **state)
+{
+	uv_loop_t loop;
+	struct probe p = { 0 }, q = { 0 };
+	struct redis_scripts *reg = registry();
+	const struct redis_script *incr = redis_scripts_find(reg, "incr.lua");
+	const struct redis_script *echo = redis_scripts_find(reg, "echo.lua");
+	const char *key[] = { "t:count" }, *argv[] = { "k", "a", "b" };
+	const char *multi[] = { "MULTI" }, *exec[] = { "EXEC" };
+	struct redis_script_calls n;
+
+	uv_loop_init(&loop);
+	struct redis_conn *c = open_conn(&loop, reg, &p);
+	struct redis_conn *d = open_conn(&loop, reg, &q);
+	assert_int_equal(redis_conn_evalsha(c, incr, reply_cb, &p, 1, key, NULL), -ENOTCONN);
+	fixture_run_until(&loop, is_up, c, 60000);
+	fixture_run_until(&loop, is_up, d, 60000);
+	assert_calls(reg, "incr.lua", 0, 0); /* loading is not calling, nor is a refusal */
+
+	for (int i = 0; i < 5; i++)
+		assert_int_equal(call(&loop, c, incr, &p, 1, key), 0);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(call(&loop, d, incr, &q, 1, key), 0);
+	assert_int_equal(call(&loop, d, echo, &q, 3, argv), 0);
+	assert_int_equal(redis_conn_evalsha(c, echo, reply_cb, &p, 1, argv, NULL), -EINVAL);
+	assert_calls(reg, "incr.lua", 8, 0);
+	assert_calls(reg, "echo.lua", 1, 0);
+	assert_calls(reg, "guarded_incr.lua", 0, 0);
+
+	/* A NOSCRIPT answer: the call once, its EVAL re-send once more as a retry. */
+	assert_int_equal(command(&loop, c, &p, "SCRIPT", "FLUSH", NULL), 0);
+	assert_int_equal(call(&loop, c, incr, &p, 1, key), 0);
+	assert_int_equal(p.integer, 9);
+	assert_calls(reg, "incr.lua", 9, 1);
+
+	/* Inside MULTI the call goes out as EVAL: still one call. */
+	assert_int_equal(redis_conn_command_argv(c, reply_cb, &p, 1, multi, NULL), 0);
+	assert_int_equal(redis_conn_evalsha(c, incr, reply_cb, &p, 1, key, NULL), 0);
+	int want = p.calls + 1;
+	assert_int_equal(redis_conn_command_argv(c, reply_cb, &p, 1, exec, NULL), 0);
+	fixture_run_until_count(&loop, &p.calls, want + 2, 60000);
+	assert_calls(reg, "incr.lua", 10, 1);
+
+	/* By handle the same; an unknown name is -ENOENT with zeros. */
+	redis_script_get_calls(incr, &n);
+	assert_int_equal(n.calls, 10);
+	n.calls = 7;
+	assert_int_equal(redis_scripts_calls(reg, "nope.lua", &n), -ENOENT);
+	assert_int_equal(n.calls, 0);
+	assert_int_equal(n.retries, 0);
+	redis_conn_close(c, NULL, NULL);
+	redis_conn_close(d, NULL, NULL);
+	fixture_loop_close(&loop);
+	redis_scripts_free(reg);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -549,6 +618,7 @@ int main(void)
 		cmocka_unit_test(refused_script_keeps_it_down),
 		cmocka_unit_test(generation_guard),
 		cmocka_unit_test(stale_generation_helper),
+		cmocka_unit_test(call_counts),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -155,6 +155,18 @@ static void text_settings_are_checked(void **state)
 		{ "DISPATCHER_PUBLIC_URL=https://dispatch.example/", 0 },
 		{ "DISPATCHER_PUBLIC_URL=dispatch.example", 2 },
 		{ "DISPATCHER_WORKER_ID=w 1", 2 },
+		/* The worker's parts take [A-Za-z0-9_-]{1,64} only: anything else is refused
+		 * here, by name, not with "worker: cannot build: Invalid argument" (exit 1). */
+		{ "DISPATCHER_WORKER_ID=w-1_A", 0 },
+		{ "DISPATCHER_WORKER_ID=bench.w1", 2 },
+		{ "DISPATCHER_WORKER_ID=w:1", 2 },
+		{ "DISPATCHER_WORKER_ID="
+		  "w1234567890123456789012345678901234567890123456789012345678901234",
+		  2 },
+		/* The reconciler's period is at most 10 s (SPEC C11); 11 used to pass the table
+		 * and fail the worker's build. */
+		{ "DISPATCHER_RECONCILE_SECONDS=10", 0 },
+		{ "DISPATCHER_RECONCILE_SECONDS=11", 2 },
 		/* An empty variable is refused, not taken as unset. */
 		{ "DISPATCHER_LISTEN=", 2 },
 		{ "DATABASE_URL=", 2 },
