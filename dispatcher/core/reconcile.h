@@ -17,8 +17,10 @@
  *
  * Ordering assumptions of the callers, stated here because the plan depends on them: a slot is
  * always taken before its call row is written, and a call's row leaves the live states before
- * its slot is released. A live row without a slot record is then a lost slot (ADD), and a slot
- * record whose row has ended is a lost release (RELEASE).
+ * its slot is released — where "leaves" means ended, or its terminal provider event recorded
+ * (the worker's early release frees the slots once that event is committed, before the end;
+ * step 3 reads such a row as ended). A live row without a slot record is then a lost slot
+ * (ADD), and a slot record whose row has ended is a lost release (RELEASE).
  */
 #ifndef DSP_CORE_RECONCILE_H
 #define DSP_CORE_RECONCILE_H

@@ -105,8 +105,15 @@ const struct stmt_def gate_pg_stmts[] = {
 	{ ST_ORG_LIVE, 1,
 	  "SELECT id::text, org_id, campaign_id, agent_id FROM calls"
 	  " WHERE org_id = $1::text AND state IN " LIVE_STATES " ORDER BY id" },
+	/* Step 3 of a reconciler pass (core/reconcile.h): 0 no row, 1 live, 2 ended. A live row
+	 * whose terminal event is recorded counts as ended: the worker frees its slots as soon as
+	 * that event is committed, before the end (the early release, worker/events.c), so the
+	 * pass must not re-add them (an ADD for a call the provider has ended). */
 	{ ST_CALL_ROWS, 1,
-	  "SELECT CASE WHEN c.id IS NULL THEN 0 WHEN c.state IN " LIVE_STATES " THEN 1 ELSE 2 END"
+	  "SELECT CASE WHEN c.id IS NULL THEN 0 WHEN c.state IN " LIVE_STATES
+	  " AND NOT EXISTS (SELECT 1 FROM provider_events e WHERE e.call_id = c.id"
+	  " AND e.status IN ('completed', 'failed', 'no-answer', 'busy', 'canceled'))"
+	  " THEN 1 ELSE 2 END"
 	  " FROM unnest($1::uuid[]) WITH ORDINALITY AS i(id, n) LEFT JOIN calls c ON c.id = i.id"
 	  " ORDER BY i.n" },
 	{ ST_PRUNE, 1,

@@ -63,6 +63,7 @@ struct evreq {
 	int32_t seq;
 	bool has_time, terminal;
 	int64_t occ_us;
+	char org[65]; /* from the callback URL's ?org= (early release), "" when none */
 };
 
 struct batch {
@@ -343,29 +344,40 @@ static void early_released(struct gate *g, int status, const struct gate_release
 	maybe_free(ev);
 }
 
-/* The early release (events.h): the terminal event of a call whose organisation the callback
- * URL names frees its slots in Redis now, before PostgreSQL records the end (two round trips
- * later). Only in redis mode with the gate usable: in postgres mode the row is the slot. */
-static void early_release(struct events *ev, struct http_request *req, const struct evreq *r)
+/* The organisation the callback URL names (`?org=`, dial.c), for the early release; "" when
+ * none or not a valid id (then there is no early release, only the end's own). */
+static void org_from_query(struct evreq *r, const char *q)
 {
-	const char *q = http_request_query(req);
-	struct gate_mode_state ms;
-	char org[65];
 	size_t n;
 
-	if (!ev->gate || !r->terminal || !q || strncmp(q, "org=", 4) != 0)
+	r->org[0] = '\0';
+	if (!q || strncmp(q, "org=", 4) != 0)
 		return;
 	n = strcspn(q + 4, "&");
-	if (n == 0 || n >= sizeof(org))
+	if (n == 0 || n >= sizeof(r->org))
 		return;
-	memcpy(org, q + 4, n);
-	org[n] = '\0';
-	if (!gate_pg_id_ok(org))
+	memcpy(r->org, q + 4, n);
+	r->org[n] = '\0';
+	if (!gate_pg_id_ok(r->org))
+		r->org[0] = '\0';
+}
+
+/* The early release (events.h): once its terminal event is recorded (committed), a call whose
+ * organisation the callback URL names has its slots freed in Redis at once, one PostgreSQL
+ * round trip before call_end records the end. After the record, not before: the reconciler
+ * counts a live row with a recorded terminal event as ended (gate_pg.c ST_CALL_ROWS), so it
+ * never re-adds a slot freed here (core/reconcile.h's ordering assumption). Only in redis mode
+ * with the gate usable: in postgres mode the row is the slot. */
+static void early_release(struct events *ev, const struct evreq *r)
+{
+	struct gate_mode_state ms;
+
+	if (!ev->gate || !r->terminal || !r->org[0])
 		return;
 	gate_mode_get(ev->mode, &ms);
 	if (ms.mode != GATE_MODE_REDIS || !ms.usable)
 		return;
-	if (gate_release(ev->gate, org, r->call, early_released, ev) == 0) {
+	if (gate_release(ev->gate, r->org, r->call, early_released, ev) == 0) {
 		ev->inflight++;
 		ev->stats.early_sent++;
 	}
@@ -412,7 +424,7 @@ void events_handler(struct http_request *req, void *data)
 	}
 	r->ev = ev;
 	r->req = req;
-	early_release(ev, req, r);
+	org_from_query(r, http_request_query(req));
 	list_add_tail(&ev->queue, &r->node);
 	if (!uv_is_active((uv_handle_t *)&ev->timer))
 		uv_timer_start(&ev->timer, flush, 0, 0);
@@ -495,6 +507,8 @@ static void batch_cb(int status, const struct pg_results *res, void *data)
 			send_batch(ev, one);
 		}
 		free(b);
+		if (!ev->closing)
+			flush(&ev->timer); /* the singletons may all have failed at once */
 		maybe_free(ev);
 		return;
 	}
@@ -516,6 +530,7 @@ static void batch_cb(int status, const struct pg_results *res, void *data)
 			ev->stats.unknown_call++;
 			respond(e, 202, "{\"recorded\":true,\"call\":\"unknown\"}");
 		} else if (e->terminal && !ev->closing) {
+			early_release(ev, e);
 			end_call(ev, e);
 		} else if (e->terminal) {
 			fail(ev, e);

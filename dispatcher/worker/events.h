@@ -70,9 +70,9 @@ struct events_options {
 	int64_t tolerance_s;	/* replay window (0: SIGNING_TOLERANCE_S, 5 minutes) */
 	int64_t (*now_s)(void); /* Unix seconds; NULL: time(NULL). For tests of the window. */
 	/* The early release (both borrowed, may be NULL: none): a terminal event whose callback
-	 * URL names the organisation (`?org=`, dial.c) gives the call's slots back in Redis at
-	 * once when the fleet is in redis mode and the gate usable, before PostgreSQL records the
-	 * end; call_end's release after the commit then finds nothing held (the release script is
+	 * URL names the organisation (`?org=`, dial.c) gives the call's slots back in Redis once
+	 * the event is recorded, when the fleet is in redis mode and the gate usable, before
+	 * PostgreSQL records the end; call_end's release after the commit then finds nothing held (the release script is
 	 * idempotent per call). See README.md "Early release". */
 	struct gate *gate;
 	struct gate_mode_ctl *mode;

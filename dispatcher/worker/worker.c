@@ -68,6 +68,7 @@ struct worker {
 	void *dial_hook_data;
 	struct list_node end_retries; /* dial_end_ctx waiting to re-submit a failed end */
 	struct select_stats sel_st;   /* the selector's counts when it was closed (exit line) */
+	struct events_stats ev_st;    /* the events module's, likewise */
 };
 
 /* ---- events forwarded to the gate mode controller and the hand-off ---- */
@@ -404,9 +405,11 @@ static void log_script_calls(const struct worker *w)
 	}
 	log_info(LOG_MAIN,
 		 "script calls: worker=%s admission_tries=%" PRIu64 " admitted=%" PRIu64
-		 " refused=%" PRIu64 " wakes=%" PRIu64 " script_retries=%" PRIu64 "%s",
+		 " refused=%" PRIu64 " wakes=%" PRIu64 " early_sent=%" PRIu64
+		 " early_freed=%" PRIu64 " script_retries=%" PRIu64 "%s",
 		 w->o.worker_id, w->sel_st.admissions, w->sel_st.admitted, w->sel_st.refused,
-		 w->sel_st.wakes, retries, len > 0 ? buf : "");
+		 w->sel_st.wakes, w->ev_st.early_sent, w->ev_st.early_freed, retries,
+		 len > 0 ? buf : "");
 }
 
 /* The last stage: call_end (its batches in flight commit and their gate releases are answered),
@@ -492,6 +495,7 @@ static void close_all(struct worker *w)
 	w->sub = NULL;
 	if (w->ev) {
 		w->parts++;
+		events_get_stats(w->ev, &w->ev_st);
 		events_close(w->ev, part_closed, w);
 		w->ev = NULL;
 	}

@@ -452,6 +452,54 @@ static void reconciler_meets_held_write(void **state)
 	gp_close(&e);
 }
 
+/* Step 3 and the early release (worker/events.c): a live row whose terminal provider event is
+ * recorded reads as ended — the worker has freed its slots once that event committed, before
+ * the end — so the plan is no ADD for it (and RELEASE for a record still held); a non-terminal
+ * event changes nothing. Before, it read live and a pass in that window re-added the slot. */
+static void terminal_event_reads_ended(void **state)
+{
+	struct gp e;
+	struct gp_write w = { 0 };
+	struct rows_probe rows = { 0 };
+	enum reconcile_action action;
+	char id[37];
+	const char *ids[] = { id };
+	long long k = gp_contact(admin, "wr", 0, 41), epoch = gp_epoch(admin);
+
+	(void)state;
+	gp_open(&e, &svc, 2, "terminal");
+	struct gate_pg_call c = gp_call(gp_uuid(id, 601), "wr", C0, A0, k);
+	assert_int_equal(gate_pg_write(e.g, GATE_MODE_REDIS, epoch, 2000, &c, 1, gp_write_cb, &w),
+			 0);
+	fixture_run_until_count(&e.loop, &w.calls, 1, 60000);
+	assert_int_equal(w.out[0], GATE_PG_WRITTEN);
+	gp_sql(admin,
+	       "INSERT INTO provider_events (call_id, sequence, status) VALUES ('%s', 1, "
+	       "'ringing')",
+	       id);
+	assert_int_equal(gate_pg_call_rows(e.g, ids, 1, rows_cb, &rows), 0);
+	fixture_run_until_count(&e.loop, &rows.calls, 1, 60000);
+	assert_int_equal(rows.rows[0], RECONCILE_ROW_LIVE);
+	gp_sql(admin,
+	       "INSERT INTO provider_events (call_id, sequence, status) VALUES ('%s', 2, "
+	       "'completed')",
+	       id);
+	assert_int_equal(gate_pg_call_rows(e.g, ids, 1, rows_cb, &rows), 0);
+	fixture_run_until_count(&e.loop, &rows.calls, 2, 60000);
+	assert_int_equal(rows.status, 0);
+	assert_int_equal(rows.rows[0], RECONCILE_ROW_ENDED);
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM calls WHERE id = '%s' AND state ="
+				" 'dialing'",
+				id),
+			 1);
+	/* the plan: no record (freed early) → nothing; a record → released */
+	struct reconcile_summary sum = plan_one(id, 1, 2, RECONCILE_ROW_ENDED, &action);
+	assert_int_equal(action, RECONCILE_RELEASE);
+	assert_int_equal(sum.corrections, 1);
+	gp_close(&e);
+}
+
 /* The fence and a write of the same call id, both queued on the epoch lock the test holds, in
  * both orders: exactly one wins. */
 static void fence_against_write(void **state)
@@ -650,6 +698,7 @@ int main(void)
 		cmocka_unit_test(paused_after_claim),
 		cmocka_unit_test(deadline_cancels_on_server),
 		cmocka_unit_test(reconciler_meets_held_write),
+		cmocka_unit_test(terminal_event_reads_ended),
 		cmocka_unit_test(fence_against_write),
 		cmocka_unit_test(lost_write_is_fenced),
 		cmocka_unit_test(cancel_written),
