@@ -250,6 +250,12 @@ static void finish(struct dcall *c, struct dial_result *r)
 	r->call = &c->c;
 	if (!r->text)
 		r->text = "";
+	if (c->lease_lost) /* not ours any more, whatever the verdict: the holder finishes it */
+		r->disposition = DIAL_LEASE_LOST;
+	if (c->lease_until_ms) { /* fenced: its end applies only under this lease */
+		r->lease_owner = d->owner;
+		r->lease_token = c->lease_token;
+	}
 	switch (r->disposition) {
 	case DIAL_PLACED:
 		d->st.placed++;

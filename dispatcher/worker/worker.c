@@ -139,7 +139,9 @@ int worker_dial_end(const struct dial_result *r, struct call_end_req *out, char 
 
 	*out = (struct call_end_req){ .call = r->call->call,
 				      .outcome = "refused",
-				      .reason = reason };
+				      .reason = reason,
+				      .lease_owner = r->lease_owner, /* fenced: the lease it held */
+				      .lease_token = r->lease_token };
 	switch (r->disposition) {
 	case DIAL_REFUSED: /* 429 (Retry-After + jitter, or backoff), a failed connect */
 		out->disposition = CALL_END_RETRY_AT;
@@ -188,6 +190,8 @@ struct dial_end_ctx {
 	char call[40], org[65], outcome[16], reason[CALL_END_REASON_MAX + 1];
 	enum call_end_disposition disposition;
 	uint64_t delay_ms;
+	char owner[65]; /* the lease the dialer held ("": not fenced) */
+	int64_t token;
 };
 
 static void dial_end_freed(uv_handle_t *h)
@@ -223,7 +227,9 @@ static int dial_end_submit(struct dial_end_ctx *c)
 				  .outcome = c->outcome,
 				  .reason = c->reason,
 				  .disposition = c->disposition,
-				  .delay_ms = c->delay_ms };
+				  .delay_ms = c->delay_ms,
+				  .lease_owner = c->owner[0] ? c->owner : NULL,
+				  .lease_token = c->token };
 
 	if (!c->w->ends)
 		return -ECANCELED;
@@ -307,6 +313,8 @@ static void dial_end_default(struct worker *w, const struct dial_result *r, void
 		snprintf(c->reason, sizeof(c->reason), "%s", q.reason ? q.reason : "");
 		c->disposition = q.disposition;
 		c->delay_ms = q.delay_ms;
+		snprintf(c->owner, sizeof(c->owner), "%s", q.lease_owner ? q.lease_owner : "");
+		c->token = q.lease_token;
 		if ((rc = dial_end_submit(c)))
 			free(c);
 	}

@@ -257,6 +257,89 @@ static void end_one(struct wenv *w, const char *call, struct endp *p)
 	assert_int_equal(p->status, 0);
 }
 
+/* A fenced end (the dialer's refusal) of a call whose contact's lease was taken over (issue 9
+ * review H2): worker w1 sent under its lease, the lease expired, w2's takeover re-sent and the
+ * provider placed the call; w1's own request is then refused (429). Its end must not end w2's
+ * call: answered ALREADY, the call stays dialing, its slot held, the contact not re-pended.
+ * The holder's own fenced end (w2, its token) and an unknown token of the holder end it. Old
+ * code: the lease was not checked, the call ended and its slot was freed. */
+static void fenced_end_after_takeover(void **state)
+{
+	struct wenv w;
+	char x[37], y[37], b[32];
+	struct endp p;
+	long long kx = gp_contact(admin, "se", 0, 0), ky = gp_contact(admin, "se", 0, 1);
+
+	(void)state;
+	wenv_open(&w, &svc, NULL);
+	wenv_call(&w, admin, "se", gp_uuid(x, 9501), kx);
+	wenv_call(&w, admin, "se", gp_uuid(y, 9502), ky);
+	/* w1's claim (token 7001), then w2's takeover moved the lease (token 7002). */
+	gp_sql(admin,
+	       "UPDATE contacts SET lease_owner = 'w2', lease_token = 7002,"
+	       " lease_until = now() + interval '1 minute' WHERE id IN (%lld, %lld)",
+	       kx, ky);
+	assert_int_equal(wenv_running(&w, "se"), 2);
+
+	struct call_end_req q = { .call = x,
+				  .outcome = "refused",
+				  .reason = "throttled (status 429)",
+				  .disposition = CALL_END_RETRY_AT,
+				  .delay_ms = 1000,
+				  .lease_owner = "w1",
+				  .lease_token = 7001 };
+	const struct call_end_req stale[] = {
+		q,	     /* w1's token */
+		{ .call = x, /* w1, token not known yet */
+		  .outcome = "refused",
+		  .disposition = CALL_END_PENDING,
+		  .lease_owner = "w1" },
+		{ .call = x, /* w2's name, an old token */
+		  .outcome = "refused",
+		  .disposition = CALL_END_FAIL,
+		  .reason = "provider 422",
+		  .lease_owner = "w2",
+		  .lease_token = 7001 },
+	};
+	for (size_t i = 0; i < sizeof(stale) / sizeof(stale[0]); i++) {
+		memset(&p, 0, sizeof(p));
+		assert_int_equal(call_end_submit(w.ce, &stale[i], end_cb, &p), 0);
+		fixture_run_until_count(&w.ge.loop, &p.done, 1, 60000);
+		assert_int_equal(p.status, 0);
+		assert_int_equal(p.r.outcome, CALL_END_ALREADY);
+		assert_false(p.r.released);
+	}
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM calls WHERE id = '%s'"
+				" AND state = 'dialing'",
+				x),
+			 1);
+	assert_int_equal(wenv_running(&w, "se"), 2); /* its slot held */
+	assert_string_equal(state_of(b, kx), "dialing");
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM contacts WHERE id = %lld AND lease_owner ="
+				" 'w2' AND lease_token = 7002 AND tries = 0",
+				kx),
+			 1);
+
+	/* The holder's own ends: its token, and its name with the token not known yet. */
+	q.lease_owner = "w2";
+	q.lease_token = 7002;
+	memset(&p, 0, sizeof(p));
+	assert_int_equal(call_end_submit(w.ce, &q, end_cb, &p), 0);
+	fixture_run_until_count(&w.ge.loop, &p.done, 1, 60000);
+	assert_int_equal(p.status, 0);
+	assert_int_equal(p.r.outcome, CALL_END_ENDED);
+	assert_string_equal(state_of(b, kx), "pending");
+	q.call = y;
+	q.lease_token = 0;
+	memset(&p, 0, sizeof(p));
+	assert_int_equal(call_end_submit(w.ce, &q, end_cb, &p), 0);
+	fixture_run_until_count(&w.ge.loop, &p.done, 1, 60000);
+	assert_int_equal(p.r.outcome, CALL_END_ENDED);
+	wenv_close(&w);
+}
+
 /* Postgres gate mode: the ended row is the release; the NOTIFY is sent once per end, never for
  * a duplicate; nothing is sent to Redis. */
 static void postgres_mode_release(void **state)
@@ -299,7 +382,7 @@ static void postgres_mode_release(void **state)
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0", "a0" };
-	static const char *const orgs[] = { "sa", "sb", "sc", "sd", NULL };
+	static const char *const orgs[] = { "sa", "sb", "sc", "sd", "se", NULL };
 
 	(void)state;
 	fixture_start(&svc, true, true, false, true);
@@ -333,6 +416,7 @@ int main(void)
 		cmocka_unit_test(lease_sweeper),
 		cmocka_unit_test(max_duration_sweep),
 		cmocka_unit_test(retention),
+		cmocka_unit_test(fenced_end_after_takeover),
 		cmocka_unit_test(postgres_mode_release),
 	};
 	int rc;
