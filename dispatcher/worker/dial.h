@@ -125,7 +125,8 @@ struct dial_options {
 					      * NULL: no lease renewal, no send fence */
 	uint64_t lease_ms;		     /* the lease a claim or renewal writes; 0: none */
 	uint64_t lease_left_ms; /* lease assumed left at dial_start() (claim's lease less the
-				 * slot wait and the call-row write); 0: lease_ms / 2 */
+				 * slot waits and the call-row write); with owner and lease_ms:
+				 * 1..lease_ms, else dial_new() returns -EINVAL */
 	dial_done_cb done_cb;
 	void *data;
 };

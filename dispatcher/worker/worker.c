@@ -703,8 +703,18 @@ static int build_jobs(struct worker *w)
 		rf.lease_ms = rf.period_ms * 3;
 	/* A contact reaches the dialer at most two slot waits (claimed set, then the waiting
 	 * admission) and one call-row write after its claim. */
-	if (o->lease_ms > 2 * o->slot_wait_ms + GATE_PG_WRITE_DEADLINE_MS)
-		dopt.lease_left_ms = o->lease_ms - 2 * o->slot_wait_ms - GATE_PG_WRITE_DEADLINE_MS;
+	/* It must cover the first request whole (timeout + the send fence's 1 s): settings.c
+	 * refuses a shorter lease at start; here too for callers that skip it. */
+	uint64_t timeout = o->provider_timeout_ms ? o->provider_timeout_ms : 10000;
+	if (o->lease_ms < 2 * o->slot_wait_ms + GATE_PG_WRITE_DEADLINE_MS + timeout + 1000) {
+		log_error(LOG_MAIN,
+			  "lease %llu ms does not cover 2 x the slot wait (%llu ms), the call-row "
+			  "write (%u ms) and one provider request (%llu ms + 1 s)",
+			  (unsigned long long)o->lease_ms, (unsigned long long)o->slot_wait_ms,
+			  GATE_PG_WRITE_DEADLINE_MS, (unsigned long long)timeout);
+		return -EINVAL;
+	}
+	dopt.lease_left_ms = o->lease_ms - 2 * o->slot_wait_ms - GATE_PG_WRITE_DEADLINE_MS;
 	lane_config_defaults(&dopt.lane);
 	dopt.lane.rate_per_s = o->lane_rate_per_s;
 	if (o->lane_burst)
