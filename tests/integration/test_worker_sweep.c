@@ -340,6 +340,48 @@ static void fenced_end_after_takeover(void **state)
 	wenv_close(&w);
 }
 
+/* The takeover leaves a call the provider placed (an 'ok' ledger row: a 201/200) to its events
+ * (issue 9 review M2): of two dialing calls with expired leases and no event yet, the one with
+ * an 'ok' row keeps its lease, the one with only an unknown outcome is taken over. Old code:
+ * both taken, the placed one re-POSTed every lease period until its first event. */
+static void takeover_skips_placed(void **state)
+{
+	struct wenv w;
+	struct sweep_options so = { .lease_ms = 60000 };
+	char placed[37], unsure[37];
+	long long kp = gp_contact(admin, "sf", 0, 0), ku = gp_contact(admin, "sf", 0, 1);
+
+	(void)state;
+	call_row(gp_uuid(placed, 9601), kp, "dialing");
+	call_row(gp_uuid(unsure, 9602), ku, "dialing");
+	gp_sql(admin,
+	       "UPDATE contacts SET state = 'dialing', lease_owner = 'w9', lease_token = id,"
+	       " lease_until = now() - interval '1 second' WHERE id IN (%lld, %lld)",
+	       kp, ku);
+	const char *rows[][2] = { { placed, "ok" }, { unsure, "unknown" } };
+	for (int i = 0; i < 2; i++)
+		gp_sql(admin,
+		       "INSERT INTO dial_attempts (call_id, org_id, lane, attempt, class,"
+		       " idempotency_key) VALUES ('%s', 'sf', 'l', 1, '%s', '%s')",
+		       rows[i][0], rows[i][1], rows[i][0]);
+	wenv_open_dial(&w, &svc, &so);
+	struct sweep_report r = run_pass(&w, sweep_run_resend);
+	assert_int_equal(r.taken, 1);
+	assert_int_equal(
+		gp_int(admin,
+		       "SELECT count(*) FROM contacts WHERE id = %lld AND lease_owner = 'w9'", kp),
+		1);
+	assert_int_equal(
+		gp_int(admin,
+		       "SELECT count(*) FROM contacts WHERE id = %lld AND lease_owner = 'w1'"
+		       " AND lease_until > now()",
+		       ku),
+		1);
+	r = run_pass(&w, sweep_run_resend); /* nothing more */
+	assert_int_equal(r.taken, 0);
+	wenv_close(&w);
+}
+
 /* Postgres gate mode: the ended row is the release; the NOTIFY is sent once per end, never for
  * a duplicate; nothing is sent to Redis. */
 static void postgres_mode_release(void **state)
@@ -382,7 +424,7 @@ static void postgres_mode_release(void **state)
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0", "a0" };
-	static const char *const orgs[] = { "sa", "sb", "sc", "sd", "se", NULL };
+	static const char *const orgs[] = { "sa", "sb", "sc", "sd", "se", "sf", NULL };
 
 	(void)state;
 	fixture_start(&svc, true, true, false, true);
@@ -417,6 +459,7 @@ int main(void)
 		cmocka_unit_test(max_duration_sweep),
 		cmocka_unit_test(retention),
 		cmocka_unit_test(fenced_end_after_takeover),
+		cmocka_unit_test(takeover_skips_placed),
 		cmocka_unit_test(postgres_mode_release),
 	};
 	int rc;
