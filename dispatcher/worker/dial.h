@@ -137,7 +137,8 @@ struct dial_stats {
 	uint64_t placed, refused, invalid, stopped, unknown, drained;
 	uint64_t lane_stops;	/* lanes stopped by 401/403 (alerts) */
 	uint64_t attempts_rows; /* dial_attempts rows written */
-	uint64_t attempts_lost; /* dial_attempts rows whose insert failed (logged) */
+	uint64_t attempts_lost; /* dial_attempts rows not written: insert not sent or failed
+				 * (logged) */
 	uint64_t inflight;	/* requests in flight now */
 	uint64_t queued;	/* calls waiting for their lane or a re-send now */
 	uint64_t fleet_takes;	/* lane_take.lua calls sent */

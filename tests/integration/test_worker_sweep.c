@@ -12,7 +12,11 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "worker_env.h"
 
@@ -364,7 +368,7 @@ static void takeover_skips_placed(void **state)
 		       "INSERT INTO dial_attempts (call_id, org_id, lane, attempt, class,"
 		       " idempotency_key) VALUES ('%s', 'sf', 'l', 1, '%s', '%s')",
 		       rows[i][0], rows[i][1], rows[i][0]);
-	wenv_open_dial(&w, &svc, &so);
+	wenv_open_dial(&w, &svc, &so, NULL, 0);
 	struct sweep_report r = run_pass(&w, sweep_run_resend);
 	assert_int_equal(r.taken, 1);
 	assert_int_equal(
@@ -379,6 +383,130 @@ static void takeover_skips_placed(void **state)
 		1);
 	r = run_pass(&w, sweep_run_resend); /* nothing more */
 	assert_int_equal(r.taken, 0);
+	wenv_close(&w);
+}
+
+/* A provider in the test's loop: the first `answer` requests answered 422 at once, the
+ * others held (answered 503 only when the test lets them go). */
+struct hprov {
+	int answer, seen;
+	struct http_request *held[8];
+	int nheld;
+};
+
+static void hprov_handle(struct http_request *req, void *data)
+{
+	struct hprov *h = data;
+
+	if (h->seen++ < h->answer || h->nheld == 8) {
+		http_respond(req, 422, "application/json", "{\"error\":\"no\"}", 14);
+		return;
+	}
+	h->held[h->nheld++] = req;
+}
+
+static void start_direct(struct wenv *w, unsigned n)
+{
+	char id[37];
+	struct dial_call c = { .call = gp_uuid(id, n),
+			       .org = "sg",
+			       .agent = "sg_a0",
+			       .attempt = 1,
+			       .to = "+14155550100" };
+
+	assert_int_equal(dial_start(w->dial, &c), 0);
+}
+
+struct ledger_probe {
+	struct dial *d;
+	uint64_t answered, rows, inflight;
+};
+
+static bool ledger_at(void *arg)
+{
+	struct ledger_probe *p = arg;
+	struct dial_stats st;
+
+	dial_get_stats(p->d, &st);
+	return st.sends - st.inflight >= p->answered && st.attempts_rows >= p->rows &&
+	       st.inflight >= p->inflight;
+}
+
+/* dial_close() writes every ledger row (issue 9 review L1): with two INSERTs in flight (held by
+ * a table lock), a row waiting behind them (the group-commit cap) and two requests in flight
+ * whose cancellation by the close adds their rows after it, all five rows are written. Old
+ * code: the close sent nothing past the cap, and the cancelled requests' rows were freed
+ * unwritten and uncounted. */
+static int free_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	assert_true(fd >= 0);
+	assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	close(fd);
+	return ntohs(sa.sin_port);
+}
+
+static void close_writes_every_row(void **state)
+{
+	struct wenv w;
+	struct sweep_options so = { .lease_ms = 60000 };
+	struct hprov h = { .answer = 3 };
+	struct http_route route = { "POST", "/calls", 65536, hprov_handle, &h };
+	struct http_server_config hc;
+	struct http_server *prov;
+	struct ledger_probe p;
+	struct dial_stats st;
+	char url[64];
+	int port = free_port(), closed = 0;
+
+	(void)state;
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	wenv_open_dial(&w, &svc, &so, url, 60000);
+	http_server_config_defaults(&hc);
+	hc.port = port;
+	assert_int_equal(http_server_new(&w.ge.loop, &hc, &route, 1, &prov), 0);
+	PGconn *locker = fixture_pg(&svc);
+	PQclear(fixture_sql(locker, "BEGIN"));
+	PQclear(fixture_sql(locker, "LOCK TABLE dial_attempts IN EXCLUSIVE MODE"));
+
+	/* Two INSERTs in flight, held by the lock; a third answer's row waits behind them. */
+	p = (struct ledger_probe){ .d = w.dial, .answered = 1, .rows = 1 };
+	start_direct(&w, 0x9700);
+	fixture_run_until(&w.ge.loop, ledger_at, &p, 60000);
+	p = (struct ledger_probe){ .d = w.dial, .answered = 2, .rows = 2 };
+	start_direct(&w, 0x9701);
+	fixture_run_until(&w.ge.loop, ledger_at, &p, 60000);
+	p = (struct ledger_probe){ .d = w.dial, .answered = 3, .rows = 2, .inflight = 2 };
+	start_direct(&w, 0x9702);
+	start_direct(&w, 0x9703); /* held by the provider */
+	start_direct(&w, 0x9704);
+	fixture_run_until(&w.ge.loop, ledger_at, &p, 60000);
+	fixture_run_until_count(&w.ge.loop, &h.nheld, 2, 60000);
+	dial_get_stats(w.dial, &st);
+	assert_int_equal(st.sends, 5);
+	assert_int_equal(st.inflight, 2);
+	assert_int_equal(st.attempts_rows, 2); /* the third row waits: 2 INSERTs in flight */
+
+	int dclosed = 0;
+	dial_close(w.dial, wenv_count_cb, &dclosed); /* cancels the 2 held requests */
+	w.dial = NULL;
+	PQclear(fixture_sql(locker, "ROLLBACK")); /* the held INSERTs go on */
+	PQfinish(locker);
+	fixture_run_until_count(&w.ge.loop, &dclosed, 1, 60000);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM dial_attempts WHERE org_id = 'sg'"),
+			 5);
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM dial_attempts WHERE org_id = 'sg'"
+				       " AND reason = 'cancelled'"),
+			 2);
+	for (int i = 0; i < h.nheld; i++)
+		http_respond(h.held[i], 503, NULL, NULL, 0);
+	http_server_close(prov, wenv_srv_closed, &closed);
+	fixture_run_until_count(&w.ge.loop, &closed, 1, 60000);
 	wenv_close(&w);
 }
 
@@ -460,6 +588,7 @@ int main(void)
 		cmocka_unit_test(retention),
 		cmocka_unit_test(fenced_end_after_takeover),
 		cmocka_unit_test(takeover_skips_placed),
+		cmocka_unit_test(close_writes_every_row),
 		cmocka_unit_test(postgres_mode_release),
 	};
 	int rc;

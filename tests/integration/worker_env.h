@@ -59,27 +59,30 @@ static inline void wenv_dialed(struct dial *d, const struct dial_result *r, void
 }
 
 static inline void wenv_open_ex(struct wenv *w, const struct embedded *svc,
-				const struct sweep_options *so, bool with_dial);
+				const struct sweep_options *so, bool with_dial, const char *url,
+				uint64_t timeout_ms);
 
 /* Opens everything; so (may be NULL) are the sweep's options (loop, pool, ends, worker_id are
  * filled in). */
 static inline void wenv_open(struct wenv *w, const struct embedded *svc,
 			     const struct sweep_options *so)
 {
-	wenv_open_ex(w, svc, so, false);
+	wenv_open_ex(w, svc, so, false, NULL, 0);
 }
 
-/* As wenv_open(), with a dialer for the sweep's re-send job (owner: the sweep's worker id,
- * lease so->lease_ms) whose provider is a closed port: what it is handed is counted, never
- * placed. */
+/* As wenv_open(), with a dialer (w->dial), also the sweep's re-send job's (owner: the sweep's
+ * worker id, lease so->lease_ms), whose provider is url (NULL: a closed port: what it is handed
+ * is counted, never placed) with the request deadline timeout_ms (0: the default). */
 static inline void wenv_open_dial(struct wenv *w, const struct embedded *svc,
-				  const struct sweep_options *so)
+				  const struct sweep_options *so, const char *url,
+				  uint64_t timeout_ms)
 {
-	wenv_open_ex(w, svc, so, true);
+	wenv_open_ex(w, svc, so, true, url, timeout_ms);
 }
 
 static inline void wenv_open_ex(struct wenv *w, const struct embedded *svc,
-				const struct sweep_options *so, bool with_dial)
+				const struct sweep_options *so, bool with_dial, const char *url,
+				uint64_t timeout_ms)
 {
 	struct pg_pool_options po = {
 		.conninfo = svc->database_url,
@@ -113,7 +116,8 @@ static inline void wenv_open_ex(struct wenv *w, const struct embedded *svc,
 	if (with_dial) {
 		struct dial_options dopt = { .loop = &w->ge.loop,
 					     .pool = w->pool,
-					     .provider_url = "http://127.0.0.1:1",
+					     .provider_url = url ? url : "http://127.0.0.1:1",
+					     .timeout_ms = timeout_ms,
 					     .callback_url = "http://127.0.0.1:1/provider/events",
 					     .owner = sopt.worker_id,
 					     .lease_ms = sopt.lease_ms,
