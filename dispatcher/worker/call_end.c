@@ -352,6 +352,10 @@ static void batch_cb(int status, const struct pg_results *res, void *data)
 			send_batch(ce, one);
 		}
 		free(b);
+		/* Every singleton may have failed at once (-ENOTCONN): nothing in flight would
+		 * then send what waits in the queue until the next submit. */
+		if (!ce->closing)
+			flush(&ce->timer);
 		maybe_free(ce);
 		return;
 	}
