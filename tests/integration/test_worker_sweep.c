@@ -20,6 +20,8 @@
 
 #include "worker_env.h"
 
+#include "dial_int.h" /* the renewal's progress (lost_lease_overrides_verdict) */
+
 static struct embedded svc;
 static PGconn *admin;
 
@@ -529,6 +531,71 @@ static void admin_until(long long want, const char *sql)
 	assert_int_equal(gp_int(admin, "%s", sql), want);
 }
 
+struct lost_probe {
+	struct dial *d;
+	const char *call;
+};
+
+/* The dialer knows the call's lease is lost (a renewal found it moved). */
+static bool lease_known_lost(void *arg)
+{
+	struct lost_probe *p = arg;
+	struct dcall *c = dial_lease_find(p->d, p->call);
+
+	return c && c->lease_lost;
+}
+
+/* A request in flight whose renewal found the lease gone (taken over) ends DIAL_LEASE_LOST
+ * whatever its answer (issue 9 review H2): here a 422, which used to end it DIAL_INVALID (the
+ * owner then failing the contact under the new holder's call). Lease 22 s, timeout 20 s: the
+ * send fence lets it go, the first renewal tick (5.5 s) renews it and finds it moved. */
+static void lost_lease_overrides_verdict(void **state)
+{
+	struct wenv w;
+	struct sweep_options so = { .lease_ms = 22000 };
+	struct hprov h = { .answer = 0 };
+	struct http_route route = { "POST", "/calls", 65536, hprov_handle, &h };
+	struct http_server_config hc;
+	struct http_server *prov;
+	char url[64], id[37];
+	int port = free_port(), closed = 0;
+	long long k = gp_contact(admin, "sf", 0, 2);
+
+	(void)state;
+	call_row(gp_uuid(id, 0x9900), k, "dialing");
+	gp_sql(admin,
+	       "UPDATE contacts SET state = 'dialing', lease_owner = 'w1', lease_token = 8001,"
+	       " lease_until = now() + interval '1 minute' WHERE id = %lld",
+	       k);
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+	wenv_open_dial(&w, &svc, &so, url, 20000);
+	http_server_config_defaults(&hc);
+	hc.port = port;
+	assert_int_equal(http_server_new(&w.ge.loop, &hc, &route, 1, &prov), 0);
+	struct dial_call c = { .call = id,
+			       .org = "sf",
+			       .campaign = "sf_c0",
+			       .agent = "sf_a0",
+			       .contact = k,
+			       .attempt = 1,
+			       .to = "+14155550100" };
+	assert_int_equal(dial_start(w.dial, &c), 0);
+	fixture_run_until_count(&w.ge.loop, &h.nheld, 1, 60000); /* in flight, held */
+	/* Another worker's takeover moves the lease; the renewal finds it gone. */
+	gp_sql(admin, "UPDATE contacts SET lease_owner = 'w2', lease_token = 8002 WHERE id = %lld",
+	       k);
+	struct lost_probe lp = { w.dial, id };
+	fixture_run_until(&w.ge.loop, lease_known_lost, &lp, 60000);
+	assert_true(lease_known_lost(&lp));
+	assert_int_equal(w.dialed, 0);
+	http_respond(h.held[0], 422, "application/json", "{\"error\":\"no\"}", 14);
+	fixture_run_until_count(&w.ge.loop, &w.dialed, 1, 60000);
+	assert_int_equal(w.last, DIAL_LEASE_LOST);
+	http_server_close(prov, wenv_srv_closed, &closed);
+	fixture_run_until_count(&w.ge.loop, &closed, 1, 60000);
+	wenv_close(&w);
+}
+
 /* The two batches in flight both fail (a trigger refuses one call of each) and are split into
  * singletons, with a request queued behind them (the group-commit cap): every request is
  * answered, the good ones ended, the refused ones failed (issue 9 review L2: the split path
@@ -679,6 +746,7 @@ int main(void)
 		cmocka_unit_test(fenced_end_after_takeover),
 		cmocka_unit_test(takeover_skips_placed),
 		cmocka_unit_test(close_writes_every_row),
+		cmocka_unit_test(lost_lease_overrides_verdict),
 		cmocka_unit_test(split_batches_answer_queue),
 		cmocka_unit_test(postgres_mode_release),
 	};

@@ -24,8 +24,9 @@
 struct wenv {
 	struct gate_env ge;
 	struct pg_pool *pool;
-	struct dial *dial; /* wenv_open_dial(): the sweep's re-send dialer, else NULL */
-	int dialed;	   /* its done_cb calls */
+	struct dial *dial;	    /* wenv_open_dial(): the sweep's re-send dialer, else NULL */
+	int dialed;		    /* its done_cb calls */
+	enum dial_disposition last; /* the last one's disposition */
 	struct call_end *ce;
 	struct events *ev;
 	struct sweep *sw;
@@ -53,9 +54,11 @@ static inline bool wenv_up(void *arg)
 
 static inline void wenv_dialed(struct dial *d, const struct dial_result *r, void *data)
 {
+	struct wenv *w = data;
+
 	(void)d;
-	(void)r;
-	(*(int *)data)++;
+	w->last = r->disposition;
+	w->dialed++;
 }
 
 static inline void wenv_open_ex(struct wenv *w, const struct embedded *svc,
@@ -123,7 +126,7 @@ static inline void wenv_open_ex(struct wenv *w, const struct embedded *svc,
 					     .lease_ms = sopt.lease_ms,
 					     .lease_left_ms = sopt.lease_ms,
 					     .done_cb = wenv_dialed,
-					     .data = &w->dialed };
+					     .data = w };
 		lane_config_defaults(&dopt.lane);
 		retry_policy_defaults(&dopt.policy);
 		assert_int_equal(dial_new(&dopt, &w->dial), 0);
