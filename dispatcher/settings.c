@@ -12,6 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* DISPATCHER_LEASE_SECONDS >= 2 x slot wait + provider timeout + this: the call-row write's
+ * deadline (GATE_PG_WRITE_DEADLINE_MS, 2 s) and the dialer's send fence (1 s, dial_lease.c). */
+#define LEASE_MARGIN_MS 3000
+
 #define OFF(field) offsetof(struct settings, field)
 
 /* name, type, min, max, default, choices, unit, runtime, offset, help */
@@ -60,7 +64,8 @@ const struct config_setting settings_table[] = {
 	  "http(s) base URL the provider calls back (events go to <it>/provider/events). Unset: "
 	  "http://DISPATCHER_LISTEN." },
 	{ "DISPATCHER_LEASE_SECONDS", CONFIG_INT, 5, 3600, "60", NULL, "s", false, OFF(lease_s),
-	  "Lease of a claimed contact; must exceed the slot wait plus the provider timeout." },
+	  "Lease of a claimed contact; at least 2 x the slot wait + the provider timeout + 3 s "
+	  "(else `run` refuses to start)." },
 	{ "DISPATCHER_LEASE_SWEEP_SECONDS", CONFIG_INT, 1, 600, "5", NULL, "s", false,
 	  OFF(lease_sweep_s),
 	  "Period of the sweep returning contacts whose lease expired without a call." },
@@ -184,13 +189,18 @@ static int cross_check(const struct settings *s, char *err, size_t len)
 			 s->reconnect_max_ms, s->reconnect_min_ms);
 		return DSP_ECONFIG;
 	}
-	/* A claimed contact waits for a slot, then dials: its lease must outlive both. */
-	if (s->lease_s * 1000 <= s->batch_slot_wait_s * 1000 + s->provider_timeout_ms) {
+	/* A claimed contact waits for a slot twice (the claimed set, then the waiting admission),
+	 * its call row is written, then it dials: the dialer assumes its lease has
+	 * lease - 2 x slot wait - the write deadline left (dispatcher/worker/dial.h, "Leases"), and
+	 * its first request must fit in that whole (timeout + the send fence's 1 s). */
+	long long need = 2 * s->batch_slot_wait_s * 1000 + s->provider_timeout_ms + LEASE_MARGIN_MS;
+	if (s->lease_s * 1000 < need) {
 		snprintf(err, len,
-			 "DISPATCHER_LEASE_SECONDS=%lld must exceed "
+			 "DISPATCHER_LEASE_SECONDS=%lld must be at least %lld s: 2 x "
 			 "BATCH_DISPATCH_SLOT_WAIT_SECONDS=%lld plus "
-			 "DISPATCHER_PROVIDER_TIMEOUT_MS=%lld",
-			 s->lease_s, s->batch_slot_wait_s, s->provider_timeout_ms);
+			 "DISPATCHER_PROVIDER_TIMEOUT_MS=%lld plus %d ms",
+			 s->lease_s, (need + 999) / 1000, s->batch_slot_wait_s,
+			 s->provider_timeout_ms, LEASE_MARGIN_MS);
 		return DSP_ECONFIG;
 	}
 	if (s->floor_ttl_s * 1000 <= s->refresh_period_ms) {

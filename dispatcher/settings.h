@@ -24,7 +24,7 @@ struct settings {
 	char *public_url;	       /* base URL the provider calls back (callback_url is
 					 * <public_url>/provider/events); never NULL after load:
 					 * default http://<listen> */
-	long long lease_s;	       /* claim lease; > slot wait + provider timeout */
+	long long lease_s;	       /* claim lease; >= 2 x slot wait + timeout + 3 s */
 	long long lease_sweep_s;       /* period of the expired-lease sweep */
 	long long max_call_s;	       /* a call with no terminal event ends after this */
 	long long call_sweep_s;	       /* period of the maximum-duration sweep */

@@ -25,15 +25,24 @@
 static const char sql_lock[] =
 	"SELECT pg_advisory_xact_lock_shared(" EPOCH_LOCK_SQL "), " PG_SQL_BATCH_PLANS_COLS;
 
-/* $1 call ids, $2 outcomes, $3 reasons, $4 dispositions, $5 delays (ms). Per call, in order:
- * 'e' ended now / 'a' already ended / 'u' no row; the org (e); the contact's new state (e, when
- * moved); the gate mode. */
+/* $1 call ids, $2 outcomes, $3 reasons, $4 dispositions, $5 delays (ms), $6 lease owners, $7
+ * lease tokens. Per call, in order: 'e' ended now / 'a' already ended (or, for a fenced request,
+ * its contact's lease is not the one it names) / 'u' no row; the org (e); the contact's new
+ * state (e, when moved); the gate mode. A fenced request (an owner: the dialer's) first locks
+ * its contact, the lease re-checked on the newest row version (READ COMMITTED), so a takeover
+ * committed before it wins and one after it finds the contact moved. */
 static const char sql_end[] =
 	"WITH i AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[],"
-	" $5::bigint[]) WITH ORDINALITY AS t(id, outcome, reason, disp, delay_ms, n)),"
+	" $5::bigint[], $6::text[], $7::bigint[]) WITH ORDINALITY"
+	" AS t(id, outcome, reason, disp, delay_ms, owner, tok, n)),"
+	" l AS (SELECT i.id FROM i JOIN calls k ON k.id = i.id JOIN contacts ct"
+	" ON ct.id = k.contact_id WHERE i.owner IS NOT NULL AND ct.lease_owner = i.owner"
+	" AND (i.tok IS NULL OR ct.lease_token = i.tok) FOR UPDATE OF ct),"
 	" u AS (UPDATE calls c SET state = 'ended', outcome = i.outcome,"
 	" outcome_reason = i.reason, ended_at = now(), updated_at = now()"
-	" FROM i WHERE c.id = i.id AND c.state <> 'ended' RETURNING c.id, c.org_id, c.contact_id),"
+	" FROM i WHERE c.id = i.id AND c.state <> 'ended'"
+	" AND (i.owner IS NULL OR i.id IN (SELECT id FROM l))"
+	" RETURNING c.id, c.org_id, c.contact_id),"
 	" p AS (SELECT ct.id, i.outcome, i.reason, i.disp, x.final, ct.attempts + x.charge AS att,"
 	" ct.tries + x.try AS tries, x.delay,"
 	" (b.status = 'stopped' OR cp.status = 'stopped') AS stopped,"
@@ -76,6 +85,8 @@ struct req {
 	char outcome[16];
 	char reason[CALL_END_REASON_MAX + 1];
 	bool has_reason;
+	char owner[ORG_SZ]; /* "" : not fenced */
+	int64_t tok;	    /* with owner: 0 unknown */
 	int disp;
 	uint64_t delay_ms;
 };
@@ -145,7 +156,7 @@ int call_end_new(const struct call_end_options *o, struct call_end **out)
 	list_init(&ce->queue);
 	rc = pg_pool_prepare(o->pool, sql_lock, 0, &ce->st_lock);
 	if (rc == 0)
-		rc = pg_pool_prepare(o->pool, sql_end, 5, &ce->st_end);
+		rc = pg_pool_prepare(o->pool, sql_end, 7, &ce->st_end);
 	if (rc) {
 		free(ce);
 		return rc;
@@ -173,7 +184,9 @@ int call_end_submit(struct call_end *ce, const struct call_end_req *req, call_en
 
 	if (!ce || !req || !cb || !gate_pg_uuid_ok(req->call) ||
 	    !call_end_outcome_ok(req->outcome) || (unsigned)req->disposition > CALL_END_PENDING ||
-	    req->delay_ms > DELAY_MAX_MS)
+	    req->delay_ms > DELAY_MAX_MS ||
+	    (req->lease_owner && (!req->lease_owner[0] || strlen(req->lease_owner) >= ORG_SZ)) ||
+	    req->lease_token < 0)
 		return -EINVAL;
 	if (ce->closing)
 		return -ESHUTDOWN;
@@ -191,6 +204,10 @@ int call_end_submit(struct call_end *ce, const struct call_end_req *req, call_en
 	}
 	r->disp = (int)req->disposition;
 	r->delay_ms = req->delay_ms;
+	if (req->lease_owner) {
+		snprintf(r->owner, sizeof(r->owner), "%s", req->lease_owner);
+		r->tok = req->lease_token;
+	}
 	list_add_tail(&ce->queue, &r->node);
 	ce->stats.submitted++;
 	if (!uv_is_active((uv_handle_t *)&ce->timer))
@@ -335,6 +352,10 @@ static void batch_cb(int status, const struct pg_results *res, void *data)
 			send_batch(ce, one);
 		}
 		free(b);
+		/* Every singleton may have failed at once (-ENOTCONN): nothing in flight would
+		 * then send what waits in the queue until the next submit. */
+		if (!ce->closing)
+			flush(&ce->timer);
 		maybe_free(ce);
 		return;
 	}
@@ -353,10 +374,10 @@ static void batch_cb(int status, const struct pg_results *res, void *data)
 /* Sends b (or answers its requests with the refusal); b is given up. */
 static void send_batch(struct call_end *ce, struct batch *b)
 {
-	struct pgarr arr[5];
+	struct pgarr arr[7];
 	int rc = -ENOMEM;
 
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 7; i++)
 		pgarr_init(&arr[i]);
 	for (uint32_t i = 0; i < b->n; i++) {
 		struct req *r = b->r[i];
@@ -365,19 +386,21 @@ static void send_batch(struct call_end *ce, struct batch *b)
 		pgarr_text(&arr[2], r->has_reason ? r->reason : NULL);
 		pgarr_int(&arr[3], r->disp, false);
 		pgarr_int(&arr[4], (int64_t)r->delay_ms, false);
+		pgarr_text(&arr[5], r->owner[0] ? r->owner : NULL);
+		pgarr_int(&arr[6], r->tok, !r->owner[0] || !r->tok);
 	}
-	const char *v[5];
+	const char *v[7];
 	bool ok = true;
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 7; i++)
 		ok = (v[i] = pgarr_end(&arr[i])) != NULL && ok;
 	if (ok) {
 		struct pg_query q[2] = {
 			{ .stmt = ce->st_lock },
-			{ .stmt = ce->st_end, .nparams = 5, .values = v },
+			{ .stmt = ce->st_end, .nparams = 7, .values = v },
 		};
 		rc = pg_pool_batch(ce->pool, ce->lane, q, 2, batch_cb, b);
 	}
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 7; i++)
 		pgarr_free(&arr[i]);
 	if (rc == 0) {
 		ce->inflight++;

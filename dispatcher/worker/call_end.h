@@ -16,6 +16,11 @@
  *     ended (the row ending IS the release there; waiters of that org try again);
  * and reports, per call, ended now / already ended / unknown, with the mode it saw.
  *
+ * A fenced request (call_end_req.lease_owner set: the dialer's definitive refusals) ends its
+ * call only while its contact's lease is the one the request names (owner, and token when
+ * known); its contact is locked first, so a concurrent takeover (sweep.h) is ordered with it.
+ * One whose lease moved is answered ALREADY.
+ *
  * Exactly once: a call's slots are released only for the request whose UPDATE ended its row.
  * In redis mode gate_release() is sent for it (idempotent in Redis too) before its callback
  * runs; a release that fails is logged and left to the reconciler, which frees a slot whose
@@ -71,11 +76,19 @@ struct call_end_req {
 	const char *reason;  /* outcome_reason (and the contact's last_error on FAIL); NULL */
 	enum call_end_disposition disposition;
 	uint64_t delay_ms; /* RETRY_AT: from now (PostgreSQL's clock), at most 30 days */
+	/* Fenced ends (the dialer's refusals): the contact's lease as the dialer holds it. NULL:
+	 * not fenced (events, sweeps). Set: the call ends only while its contact's lease_owner is
+	 * this and, when lease_token is not 0 (0: not known yet), its lease_token is this; else
+	 * it is answered ALREADY (nothing freed, contact untouched): a worker that lost the lease
+	 * to a takeover must not end the new holder's call. */
+	const char *lease_owner;
+	int64_t lease_token;
 };
 
 enum call_end_outcome {
 	CALL_END_ENDED = 0,   /* this request ended the row: its slots were released */
-	CALL_END_ALREADY = 1, /* the row had ended already: nothing released, contact untouched */
+	CALL_END_ALREADY = 1, /* the row had ended already (or a fenced request's lease moved):
+			       * nothing released, contact untouched */
 	CALL_END_UNKNOWN = 2, /* no such call row */
 };
 
@@ -118,7 +131,7 @@ struct call_end_stats {
 int call_end_new(const struct call_end_options *o, struct call_end **out);
 
 /* Queues req for this turn's batch (see the top of this file). Returns 0 (cb will be called),
- * -EINVAL (a bad call id, outcome, disposition, or delay), -ESHUTDOWN (closing) or -ENOMEM. */
+ * -EINVAL (a bad call id, outcome, disposition, delay, lease owner or token), -ESHUTDOWN (closing) or -ENOMEM. */
 int call_end_submit(struct call_end *ce, const struct call_end_req *req, call_end_cb cb,
 		    void *data);
 

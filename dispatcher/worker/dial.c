@@ -55,33 +55,39 @@ static int64_t unix_ms(void)
 
 static void flush_rows(uv_timer_t *t);
 
+struct flush {
+	struct dial *d;
+	uint32_t n; /* rows in the INSERT */
+};
+
 static void flush_done(int status, const struct pg_results *r, void *data)
 {
-	struct dial *d = data;
-	uint64_t n = 0;
+	struct flush *f = data;
+	struct dial *d = f->d;
 
-	if (!status)
-		n = strtoull(PQcmdTuples((PGresult *)r->res[0]), NULL, 10);
-	if (status)
-		log_warn(LOG_DIAL, "dial_attempts insert failed: %s", dsp_strerror(status));
+	(void)r;
+	if (status) {
+		log_warn(LOG_DIAL, "dial_attempts insert failed: %s (%u rows lost)",
+			 dsp_strerror(status), f->n);
+		d->st.attempts_lost += f->n;
+	}
+	free(f);
 	d->flushing--;
-	if (d->n_rows)
+	/* closing: the flush timer is closed; dial_maybe_done() sends what is left */
+	if (d->n_rows && !d->closing)
 		uv_timer_start(&d->flush, flush_rows, 0, 0);
 	dial_maybe_done(d);
-	(void)n;
 }
 
-static void flush_rows(uv_timer_t *t)
+/* Sends one INSERT of up to ROWS_MAX rows. */
+static void send_rows(struct dial *d)
 {
-	struct dial *d = t->data;
 	struct pgarr a[N_COLS];
 	uint32_t n = d->n_rows < ROWS_MAX ? d->n_rows : ROWS_MAX;
 	const char *v[N_COLS];
+	struct flush *f = malloc(sizeof(*f));
 	int rc = -ENOMEM;
 
-	/* group commit, as call_end and events: under load the rows wait for an answer */
-	if (!n || d->flushing >= LEDGER_INFLIGHT_MAX)
-		return;
 	for (int k = 0; k < N_COLS; k++)
 		pgarr_init(&a[k]);
 	for (uint32_t i = 0; i < n; i++) {
@@ -102,20 +108,42 @@ static void flush_rows(uv_timer_t *t)
 	for (int k = 0; k < N_COLS; k++)
 		ok = (v[k] = pgarr_end(&a[k])) && ok;
 	struct pg_query q = { .stmt = d->attempts, .nparams = N_COLS, .values = v };
-	if (ok && !(rc = pg_pool_exec(d->pool, PG_LANE_NORMAL, &q, flush_done, d))) {
+	if (f)
+		*f = (struct flush){ .d = d, .n = n };
+	if (ok && f && !(rc = pg_pool_exec(d->pool, PG_LANE_NORMAL, &q, flush_done, f))) {
 		d->flushing++;
 		d->st.attempts_rows += n;
 	} else {
 		log_warn(LOG_DIAL, "dial_attempts insert not sent: %s (%u rows lost)",
 			 dsp_strerror(rc), n);
 		d->st.attempts_lost += n;
+		free(f);
 	}
 	for (int k = 0; k < N_COLS; k++)
 		pgarr_free(&a[k]);
 	memmove(d->rows, d->rows + n, (d->n_rows - n) * sizeof(*d->rows));
 	d->n_rows -= n;
+}
+
+/* The loop turn's rows: group commit, as call_end and events (under load the rows wait for an
+ * answer while LEDGER_INFLIGHT_MAX inserts are in flight). */
+static void flush_rows(uv_timer_t *t)
+{
+	struct dial *d = t->data;
+
+	if (!d->n_rows || d->flushing >= LEDGER_INFLIGHT_MAX)
+		return;
+	send_rows(d);
 	if (d->n_rows)
 		uv_timer_start(&d->flush, flush_rows, 0, 0);
+}
+
+/* Closing: every row left, whatever is in flight (the flush timer is gone; rows added by the
+ * cancelled requests' answers come after dial_close()). */
+static void flush_all(struct dial *d)
+{
+	while (d->n_rows)
+		send_rows(d);
 }
 
 static void add_row(struct dcall *c, int status, const char *cls, const char *reason,
@@ -146,7 +174,7 @@ static void add_row(struct dcall *c, int status, const char *cls, const char *re
 	w->status = status;
 	w->waited_ms = waited < 0 ? 0 : (int)waited;
 	w->latency_ms = (int)latency;
-	if (!uv_is_active((uv_handle_t *)&d->flush))
+	if (!d->closing && !uv_is_active((uv_handle_t *)&d->flush))
 		uv_timer_start(&d->flush, flush_rows, 0, 0);
 }
 
@@ -250,6 +278,12 @@ static void finish(struct dcall *c, struct dial_result *r)
 	r->call = &c->c;
 	if (!r->text)
 		r->text = "";
+	if (c->lease_lost) /* not ours any more, whatever the verdict: the holder finishes it */
+		r->disposition = DIAL_LEASE_LOST;
+	if (c->lease_until_ms) { /* fenced: its end applies only under this lease */
+		r->lease_owner = d->owner;
+		r->lease_token = c->lease_token;
+	}
 	switch (r->disposition) {
 	case DIAL_PLACED:
 		d->st.placed++;
@@ -768,6 +802,8 @@ void dial_maybe_done(struct dial *d)
 		d->drained_cb = NULL;
 		cb(d->drained_data);
 	}
+	if (d->closing && d->n_rows)
+		flush_all(d); /* the rows of the requests cancelled by the close */
 	if (d->closing && !d->handles && !d->flushing && !d->renewing && d->http == NULL) {
 		void (*cb)(void *) = d->closed_cb;
 		void *data = d->closed_data;
@@ -840,8 +876,7 @@ void dial_close(struct dial *d, void (*closed_cb)(void *data), void *data)
 	d->closed_cb = closed_cb;
 	d->closed_data = data;
 	uv_timer_stop(&d->flush);
-	if (d->n_rows)
-		flush_rows(&d->flush); /* best effort: the pool may answer -ECANCELED */
+	flush_all(d); /* whatever is in flight; the pool may answer -ECANCELED (counted lost) */
 	while (!list_empty(&d->lanes)) {
 		struct dlane *l = list_entry(list_first(&d->lanes), struct dlane, node);
 		list_del(&l->node);

@@ -36,7 +36,11 @@
  * last seen) while the call stays. A send leaves only if the known lease covers its whole
  * request (timeout + 1 s), so a worker that cannot renew stops sending before its lease expires
  * in the database; a call whose renewal finds the lease gone (another worker took it over, or
- * the call ended) or whose lease ran out here ends DIAL_LEASE_LOST. Another worker's sweep
+ * the call ended) or whose lease ran out here ends DIAL_LEASE_LOST, whatever its request's
+ * answer, once the loss is known. The result of a fenced call carries the lease it held
+ * (dial_result.lease_owner, lease_token): its end (call_end.h) applies only while the contact's
+ * lease is still that one, so a refusal that comes after a takeover never ends the new holder's
+ * call. Another worker's sweep
  * (sweep.h) takes over a call only once its lease has expired, and passes it to dial_resend():
  * the same key, the same body, through the same lanes and retry table.
  *
@@ -91,6 +95,11 @@ struct dial_result {
 	int status;	   /* the last HTTP status, 0 when none */
 	const char *text;  /* DIAL_INVALID: the provider's reason ("" when none) */
 	const char *provider_call_id; /* DIAL_PLACED: the provider's call id, NULL if unknown */
+	/* The contact's lease as this dialer holds it (a fenced call; the owner's end of the call
+	 * passes them to call_end_req, so it ends the call only while the lease is still this):
+	 * lease_owner NULL when the call is not fenced; lease_token 0 when not known yet. */
+	const char *lease_owner;
+	int64_t lease_token;
 };
 
 typedef void (*dial_done_cb)(struct dial *d, const struct dial_result *r, void *data);
@@ -116,7 +125,8 @@ struct dial_options {
 					      * NULL: no lease renewal, no send fence */
 	uint64_t lease_ms;		     /* the lease a claim or renewal writes; 0: none */
 	uint64_t lease_left_ms; /* lease assumed left at dial_start() (claim's lease less the
-				 * slot wait and the call-row write); 0: lease_ms / 2 */
+				 * slot waits and the call-row write); with owner and lease_ms:
+				 * 1..lease_ms, else dial_new() returns -EINVAL */
 	dial_done_cb done_cb;
 	void *data;
 };
@@ -127,7 +137,8 @@ struct dial_stats {
 	uint64_t placed, refused, invalid, stopped, unknown, drained;
 	uint64_t lane_stops;	/* lanes stopped by 401/403 (alerts) */
 	uint64_t attempts_rows; /* dial_attempts rows written */
-	uint64_t attempts_lost; /* dial_attempts rows whose insert failed (logged) */
+	uint64_t attempts_lost; /* dial_attempts rows not written: insert not sent or failed
+				 * (logged) */
 	uint64_t inflight;	/* requests in flight now */
 	uint64_t queued;	/* calls waiting for their lane or a re-send now */
 	uint64_t fleet_takes;	/* lane_take.lua calls sent */

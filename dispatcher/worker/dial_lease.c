@@ -33,8 +33,10 @@ static void renew_tick(uv_timer_t *t);
 
 int dial_lease_init(struct dial *d)
 {
+	/* No guess: a lease that does not cover the first request is refused at start
+	 * (settings.c, worker.c), not assumed to have half of itself left. */
 	if (!d->o.lease_left_ms || d->o.lease_left_ms > d->o.lease_ms)
-		d->o.lease_left_ms = d->o.lease_ms / 2;
+		return -EINVAL;
 	return pg_pool_prepare(d->pool, SQL_RENEW, 4, &d->renew_st);
 }
 

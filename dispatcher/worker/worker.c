@@ -140,7 +140,9 @@ int worker_dial_end(const struct dial_result *r, struct call_end_req *out, char 
 
 	*out = (struct call_end_req){ .call = r->call->call,
 				      .outcome = "refused",
-				      .reason = reason };
+				      .reason = reason,
+				      .lease_owner = r->lease_owner, /* fenced: the lease it held */
+				      .lease_token = r->lease_token };
 	switch (r->disposition) {
 	case DIAL_REFUSED: /* 429 (Retry-After + jitter, or backoff), a failed connect */
 		out->disposition = CALL_END_RETRY_AT;
@@ -189,6 +191,8 @@ struct dial_end_ctx {
 	char call[40], org[65], outcome[16], reason[CALL_END_REASON_MAX + 1];
 	enum call_end_disposition disposition;
 	uint64_t delay_ms;
+	char owner[65]; /* the lease the dialer held ("": not fenced) */
+	int64_t token;
 };
 
 static void dial_end_freed(uv_handle_t *h)
@@ -224,7 +228,9 @@ static int dial_end_submit(struct dial_end_ctx *c)
 				  .outcome = c->outcome,
 				  .reason = c->reason,
 				  .disposition = c->disposition,
-				  .delay_ms = c->delay_ms };
+				  .delay_ms = c->delay_ms,
+				  .lease_owner = c->owner[0] ? c->owner : NULL,
+				  .lease_token = c->token };
 
 	if (!c->w->ends)
 		return -ECANCELED;
@@ -308,6 +314,8 @@ static void dial_end_default(struct worker *w, const struct dial_result *r, void
 		snprintf(c->reason, sizeof(c->reason), "%s", q.reason ? q.reason : "");
 		c->disposition = q.disposition;
 		c->delay_ms = q.delay_ms;
+		snprintf(c->owner, sizeof(c->owner), "%s", q.lease_owner ? q.lease_owner : "");
+		c->token = q.lease_token;
 		if ((rc = dial_end_submit(c)))
 			free(c);
 	}
@@ -699,8 +707,18 @@ static int build_jobs(struct worker *w)
 		rf.lease_ms = rf.period_ms * 3;
 	/* A contact reaches the dialer at most two slot waits (claimed set, then the waiting
 	 * admission) and one call-row write after its claim. */
-	if (o->lease_ms > 2 * o->slot_wait_ms + GATE_PG_WRITE_DEADLINE_MS)
-		dopt.lease_left_ms = o->lease_ms - 2 * o->slot_wait_ms - GATE_PG_WRITE_DEADLINE_MS;
+	/* It must cover the first request whole (timeout + the send fence's 1 s): settings.c
+	 * refuses a shorter lease at start; here too for callers that skip it. */
+	uint64_t timeout = o->provider_timeout_ms ? o->provider_timeout_ms : 10000;
+	if (o->lease_ms < 2 * o->slot_wait_ms + GATE_PG_WRITE_DEADLINE_MS + timeout + 1000) {
+		log_error(LOG_MAIN,
+			  "lease %llu ms does not cover 2 x the slot wait (%llu ms), the call-row "
+			  "write (%u ms) and one provider request (%llu ms + 1 s)",
+			  (unsigned long long)o->lease_ms, (unsigned long long)o->slot_wait_ms,
+			  GATE_PG_WRITE_DEADLINE_MS, (unsigned long long)timeout);
+		return -EINVAL;
+	}
+	dopt.lease_left_ms = o->lease_ms - 2 * o->slot_wait_ms - GATE_PG_WRITE_DEADLINE_MS;
 	lane_config_defaults(&dopt.lane);
 	dopt.lane.rate_per_s = o->lane_rate_per_s;
 	if (o->lane_burst)

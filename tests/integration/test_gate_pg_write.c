@@ -321,6 +321,36 @@ static void paused_after_claim(void **state)
 	gp_close(&e);
 }
 
+/* A claim whose lease expired but was not swept yet (its token still the claim's) is not
+ * written: the contact may be swept and claimed again at any moment (issue 9 review M1). Old
+ * code: only the token was checked, the row written and the contact set dialing. */
+static void expired_lease_refused(void **state)
+{
+	struct gp e;
+	struct gp_write w = { 0 };
+	char id[2][37];
+	long long k0 = gp_contact(admin, "wr", 0, 72), k1 = gp_contact(admin, "wr", 0, 73);
+	long long epoch = gp_epoch(admin);
+
+	(void)state;
+	gp_open(&e, &svc, 1, "expired");
+	gp_sql(admin,
+	       "UPDATE contacts SET lease_until = now() - interval '1 second' WHERE id = %lld", k0);
+	struct gate_pg_call c[2] = { gp_call(gp_uuid(id[0], 720), "wr", C0, A0, k0),
+				     gp_call(gp_uuid(id[1], 721), "wr", C0, A0, k1) };
+	assert_int_equal(gate_pg_write(e.g, GATE_MODE_REDIS, epoch, 60000, c, 2, gp_write_cb, &w),
+			 0);
+	fixture_run_until_count(&e.loop, &w.calls, 1, 60000);
+	assert_int_equal(w.out[0], GATE_PG_LEASE_LOST);
+	assert_int_equal(w.out[1], GATE_PG_WRITTEN); /* its lease runs */
+	assert_int_equal(gp_int(admin, "SELECT count(*) FROM calls WHERE id = '%s'", id[0]), 0);
+	assert_int_equal(
+		gp_int(admin, "SELECT count(*) FROM contacts WHERE id = %lld AND state = 'claimed'",
+		       k0),
+		1);
+	gp_close(&e);
+}
+
 static bool pool_timed_out(struct pg_pool *pool)
 {
 	struct pg_conn_stats st;
@@ -695,6 +725,7 @@ int main(void)
 		cmocka_unit_test(epoch_race),
 		cmocka_unit_test(lease_race_sweeper_first),
 		cmocka_unit_test(lease_race_write_first),
+		cmocka_unit_test(expired_lease_refused),
 		cmocka_unit_test(paused_after_claim),
 		cmocka_unit_test(deadline_cancels_on_server),
 		cmocka_unit_test(reconciler_meets_held_write),

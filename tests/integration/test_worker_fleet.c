@@ -69,7 +69,7 @@ static void start_workers(void)
 	setenv("DISPATCHER_LISTEN", env, 1); /* one port for the fleet */
 	setenv("DISPATCHER_LOG_LEVEL", getenv("TEST_LOG_LEVEL") ? getenv("TEST_LOG_LEVEL") : "warn",
 	       1);
-	setenv("DISPATCHER_LEASE_SECONDS", "5", 1);
+	setenv("DISPATCHER_LEASE_SECONDS", "8", 1); /* >= 2 x slot wait + timeout + 3 s */
 	setenv("BATCH_DISPATCH_SLOT_WAIT_SECONDS", "2", 1);
 	setenv("DISPATCHER_PROVIDER_TIMEOUT_MS", "250", 1);
 	setenv("DISPATCHER_LEASE_SWEEP_SECONDS", "1", 1);

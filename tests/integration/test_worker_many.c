@@ -83,7 +83,7 @@ static void many_campaigns_all_dialled(void **state)
 	setenv("DISPATCHER_RECONCILE_SECONDS", "1", 1);
 	setenv("DISPATCHER_REFRESH_PERIOD_MS", "200", 1);
 	/* Under load a call-row write may pass its deadline: its contact comes back by its lease. */
-	setenv("DISPATCHER_LEASE_SECONDS", "5", 1);
+	setenv("DISPATCHER_LEASE_SECONDS", "8", 1); /* >= 2 x slot wait + timeout + 3 s */
 	setenv("DISPATCHER_LEASE_SWEEP_SECONDS", "1", 1);
 	setenv("BATCH_DISPATCH_SLOT_WAIT_SECONDS", "2", 1);
 	setenv("DISPATCHER_PROVIDER_TIMEOUT_MS", "1000", 1);

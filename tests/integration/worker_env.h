@@ -6,6 +6,7 @@
 #define DSP_TEST_WORKER_ENV_H
 
 #include "call_end.h"
+#include "dial.h"
 #include "events.h"
 #include "gate_harness.h"
 #include "gate_pg_test.h"
@@ -23,6 +24,9 @@
 struct wenv {
 	struct gate_env ge;
 	struct pg_pool *pool;
+	struct dial *dial;	    /* wenv_open_dial(): the sweep's re-send dialer, else NULL */
+	int dialed;		    /* its done_cb calls */
+	enum dial_disposition last; /* the last one's disposition */
 	struct call_end *ce;
 	struct events *ev;
 	struct sweep *sw;
@@ -48,10 +52,40 @@ static inline bool wenv_up(void *arg)
 	return pg_pool_up_count(w->pool) == pg_pool_size(w->pool);
 }
 
+static inline void wenv_dialed(struct dial *d, const struct dial_result *r, void *data)
+{
+	struct wenv *w = data;
+
+	(void)d;
+	w->last = r->disposition;
+	w->dialed++;
+}
+
+static inline void wenv_open_ex(struct wenv *w, const struct embedded *svc,
+				const struct sweep_options *so, bool with_dial, const char *url,
+				uint64_t timeout_ms);
+
 /* Opens everything; so (may be NULL) are the sweep's options (loop, pool, ends, worker_id are
  * filled in). */
 static inline void wenv_open(struct wenv *w, const struct embedded *svc,
 			     const struct sweep_options *so)
+{
+	wenv_open_ex(w, svc, so, false, NULL, 0);
+}
+
+/* As wenv_open(), with a dialer (w->dial), also the sweep's re-send job's (owner: the sweep's
+ * worker id, lease so->lease_ms), whose provider is url (NULL: a closed port: what it is handed
+ * is counted, never placed) with the request deadline timeout_ms (0: the default). */
+static inline void wenv_open_dial(struct wenv *w, const struct embedded *svc,
+				  const struct sweep_options *so, const char *url,
+				  uint64_t timeout_ms)
+{
+	wenv_open_ex(w, svc, so, true, url, timeout_ms);
+}
+
+static inline void wenv_open_ex(struct wenv *w, const struct embedded *svc,
+				const struct sweep_options *so, bool with_dial, const char *url,
+				uint64_t timeout_ms)
 {
 	struct pg_pool_options po = {
 		.conninfo = svc->database_url,
@@ -82,6 +116,22 @@ static inline void wenv_open(struct wenv *w, const struct embedded *svc,
 	sopt.ends = w->ce;
 	if (!sopt.worker_id)
 		sopt.worker_id = "w1";
+	if (with_dial) {
+		struct dial_options dopt = { .loop = &w->ge.loop,
+					     .pool = w->pool,
+					     .provider_url = url ? url : "http://127.0.0.1:1",
+					     .timeout_ms = timeout_ms,
+					     .callback_url = "http://127.0.0.1:1/provider/events",
+					     .owner = sopt.worker_id,
+					     .lease_ms = sopt.lease_ms,
+					     .lease_left_ms = sopt.lease_ms,
+					     .done_cb = wenv_dialed,
+					     .data = w };
+		lane_config_defaults(&dopt.lane);
+		retry_policy_defaults(&dopt.policy);
+		assert_int_equal(dial_new(&dopt, &w->dial), 0);
+		sopt.dial = w->dial;
+	}
 	assert_int_equal(sweep_new(&sopt, &w->sw), 0);
 	assert_int_equal(pg_pool_listen(w->pool, GATE_PG_CHANNEL_FREE, wenv_free_cb, w), 0);
 	assert_int_equal(pg_pool_start(w->pool), 0);
@@ -111,6 +161,11 @@ static inline void wenv_cli_closed(struct http_client *c, void *data)
 
 static inline void wenv_close(struct wenv *w)
 {
+	if (w->dial) {
+		int n = 0;
+		dial_close(w->dial, wenv_count_cb, &n);
+		fixture_run_until_count(&w->ge.loop, &n, 1, 60000);
+	}
 	events_close(w->ev, wenv_count_cb, &w->closed);
 	sweep_close(w->sw, wenv_count_cb, &w->closed);
 	call_end_close(w->ce, wenv_count_cb, &w->closed);

@@ -323,15 +323,37 @@ static void bad_setting_is_refused_with_its_bound(void **state)
 	run(&r, cfg, env);
 	assert_int_equal(r.code, 2);
 	assert_non_null(strstr(r.err, "DISPATCHER_RECONNECT_MAX_MS"));
-	/* The lease must outlive the slot wait plus the provider timeout: 15 s + 10 s < 26 s. */
-	char *lease_ok[] = { "DISPATCHER_LEASE_SECONDS=26", NULL };
-	run(&r, cfg, lease_ok);
+	/* The lease must cover 2 slot waits, the call-row write and one request (issue 9 review
+	 * M1): 2 x 15 s + 10 s + 3 s = 43 s; at, above, below. The old bound (15 s + 10 s) let
+	 * 26..42 s through, the dialer then assuming time its lease did not have. */
+	char *lease_at[] = { "DISPATCHER_LEASE_SECONDS=43", NULL };
+	run(&r, cfg, lease_at);
 	assert_int_equal(r.code, 0);
-	char *lease_short[] = { "DISPATCHER_LEASE_SECONDS=25", NULL };
+	char *lease_above[] = { "DISPATCHER_LEASE_SECONDS=44", NULL };
+	run(&r, cfg, lease_above);
+	assert_int_equal(r.code, 0);
+	char *lease_short[] = { "DISPATCHER_LEASE_SECONDS=42", NULL };
 	run(&r, cfg, lease_short);
 	assert_int_equal(r.code, 2);
 	assert_non_null(strstr(r.err, "DISPATCHER_LEASE_SECONDS"));
+	assert_non_null(strstr(r.err, "at least 43 s"));
 	assert_non_null(strstr(r.err, "DISPATCHER_PROVIDER_TIMEOUT_MS"));
+	assert_non_null(strstr(r.err, "BATCH_DISPATCH_SLOT_WAIT_SECONDS"));
+	/* The review's case: lease 30, slot wait 15, timeout 10 s. */
+	char *lease_review[] = { "DISPATCHER_LEASE_SECONDS=30", NULL };
+	run(&r, cfg, lease_review);
+	assert_int_equal(r.code, 2);
+	/* The bound follows the slot wait and the timeout: 2 x 1 s + 4 s + 3 s = 9 s. */
+	char *lease_small_at[] = { "DISPATCHER_LEASE_SECONDS=9",
+				   "BATCH_DISPATCH_SLOT_WAIT_SECONDS=1",
+				   "DISPATCHER_PROVIDER_TIMEOUT_MS=4000", NULL };
+	run(&r, cfg, lease_small_at);
+	assert_int_equal(r.code, 0);
+	char *lease_small_short[] = { "DISPATCHER_LEASE_SECONDS=8",
+				      "BATCH_DISPATCH_SLOT_WAIT_SECONDS=1",
+				      "DISPATCHER_PROVIDER_TIMEOUT_MS=4000", NULL };
+	run(&r, cfg, lease_small_short);
+	assert_int_equal(r.code, 2);
 	char *ttl_short[] = { "DISPATCHER_FLOOR_TTL_SECONDS=2", "DISPATCHER_REFRESH_PERIOD_MS=2000",
 			      NULL };
 	run(&r, cfg, ttl_short);

@@ -88,6 +88,29 @@ static void placed_and_unknown_are_not_ended(void **state)
 	map(DIAL_UNKNOWN, RETRY_REASON_TIMEOUT, 0, 0, "", &q, reason, -EINVAL);
 }
 
+/* A fenced call's refusal ends the call only under the lease the dialer held (issue 9 review
+ * H2): the end carries it; an unfenced one carries none. */
+static void refusal_carries_the_lease_held(void **state)
+{
+	struct call_end_req q;
+	char reason[CALL_END_REASON_MAX + 1];
+	struct dial_result r = { .call = &call,
+				 .disposition = DIAL_REFUSED,
+				 .reason = RETRY_REASON_THROTTLED,
+				 .status = 429,
+				 .delay_ms = 100,
+				 .lease_owner = "w1",
+				 .lease_token = 42 };
+
+	(void)state;
+	assert_int_equal(worker_dial_end(&r, &q, reason, sizeof(reason)), 0);
+	assert_string_equal(q.lease_owner, "w1");
+	assert_int_equal(q.lease_token, 42);
+	map(DIAL_REFUSED, RETRY_REASON_THROTTLED, 429, 100, "", &q, reason, 0);
+	assert_null(q.lease_owner);
+	assert_int_equal(q.lease_token, 0);
+}
+
 /* A refused dial's end whose submission failed is re-sent with doubling delays (it used to be
  * given up at once, the line held until the maximum-duration sweep); not while draining, not
  * when call_end is closing. */
@@ -112,6 +135,7 @@ int main(void)
 		cmocka_unit_test(stopped_and_drained_wait_uncharged),
 		cmocka_unit_test(placed_and_unknown_are_not_ended),
 		cmocka_unit_test(failed_end_is_retried_with_backoff),
+		cmocka_unit_test(refusal_carries_the_lease_held),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
