@@ -28,20 +28,24 @@ static const char sql_lock[] =
 /* $1 call ids, $2 outcomes, $3 reasons, $4 dispositions, $5 delays (ms), $6 lease owners, $7
  * lease tokens. Per call, in order: 'e' ended now / 'a' already ended (or, for a fenced request,
  * its contact's lease is not the one it names) / 'u' no row; the org (e); the contact's new
- * state (e, when moved); the gate mode. A fenced request (an owner: the dialer's) first locks
- * its contact, the lease re-checked on the newest row version (READ COMMITTED), so a takeover
- * committed before it wins and one after it finds the contact moved. */
+ * state (e, when moved); the gate mode. Every request's contact is locked first, in contact id
+ * order (`l`, an InitPlan of `u`, so before any call row): one lock order for every end —
+ * contact, then call — so a dialer's end and an event's end of the same call cannot deadlock.
+ * A fenced request (an owner: the dialer's) has the lease re-checked on the newest row version
+ * (READ COMMITTED), so a takeover committed before it wins and one after it finds the contact
+ * moved. */
 static const char sql_end[] =
 	"WITH i AS (SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::int[],"
 	" $5::bigint[], $6::text[], $7::bigint[]) WITH ORDINALITY"
 	" AS t(id, outcome, reason, disp, delay_ms, owner, tok, n)),"
-	" l AS (SELECT i.id FROM i JOIN calls k ON k.id = i.id JOIN contacts ct"
-	" ON ct.id = k.contact_id WHERE i.owner IS NOT NULL AND ct.lease_owner = i.owner"
-	" AND (i.tok IS NULL OR ct.lease_token = i.tok) FOR UPDATE OF ct),"
+	" l AS (SELECT i.id, (i.owner IS NULL OR (ct.lease_owner = i.owner"
+	" AND (i.tok IS NULL OR ct.lease_token = i.tok))) AS ok"
+	" FROM i JOIN calls k ON k.id = i.id JOIN contacts ct ON ct.id = k.contact_id"
+	" ORDER BY ct.id FOR UPDATE OF ct),"
 	" u AS (UPDATE calls c SET state = 'ended', outcome = i.outcome,"
 	" outcome_reason = i.reason, ended_at = now(), updated_at = now()"
-	" FROM i WHERE c.id = i.id AND c.state <> 'ended'"
-	" AND (i.owner IS NULL OR i.id IN (SELECT id FROM l))"
+	" FROM i WHERE c.id = i.id AND c.state <> 'ended' AND (SELECT count(*) FROM l) >= 0"
+	" AND (i.owner IS NULL OR i.id IN (SELECT id FROM l WHERE ok))"
 	" RETURNING c.id, c.org_id, c.contact_id),"
 	" p AS (SELECT ct.id, i.outcome, i.reason, i.disp, x.final, ct.attempts + x.charge AS att,"
 	" ct.tries + x.try AS tries, x.delay,"

@@ -375,8 +375,8 @@ static void early_release(struct events *ev, const struct evreq *r)
 	if (!ev->gate || !r->terminal || !r->org[0])
 		return;
 	gate_mode_get(ev->mode, &ms);
-	if (ms.mode != GATE_MODE_REDIS || !ms.usable)
-		return;
+	if (ms.mode != GATE_MODE_REDIS || !ms.usable || ms.switching)
+		return; /* as admit.c: nothing is decided in Redis while the fleet leaves it */
 	if (gate_release(ev->gate, r->org, r->call, early_released, ev) == 0) {
 		ev->inflight++;
 		ev->stats.early_sent++;

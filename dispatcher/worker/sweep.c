@@ -80,17 +80,21 @@ static const struct {
 			      " ORDER BY ended_at LIMIT $2::int)" HELD " RETURNING 1)"
 			      " SELECT count(*) FROM d" },
 	/* $1 owner, $2 lease ms, $3 limit, $4 max attempt rows. Locks the contacts of orphaned
-	 * calls whose lease expired, never a call the provider placed (an 'ok' ledger row: a 201
-	 * or 200; its events, or the maximum-duration sweep, end it — a provider that sends only
-	 * terminal events had every call longer than a lease re-POSTed) (SKIP LOCKED: a call_end or a renewal holding one is
-	 * skipped; a row changed since the snapshot is re-checked on its newest version), moves
-	 * the lease here, and returns what the re-send needs from the call row. */
+	 * calls whose lease expired — not a call the provider placed less than 10 leases ago (an
+	 * 'ok' ledger row: a 201 or 200; its events end it; without that exemption a provider
+	 * that sends only terminal events had every call longer than a lease re-POSTed), but one
+	 * placed longer ago with no event yet is re-sent with its key (a provider that lost it
+	 * places it or refuses it; one that has it answers 200), at most $4 requests in all
+	 * (SKIP LOCKED: a call_end or a renewal holding one is skipped; a row changed since the
+	 * snapshot is re-checked on its newest version), moves the lease here, and returns what
+	 * the re-send needs from the call row. */
 	[ST_TAKEOVER] = { 4,
 			  "WITH t AS (SELECT c.id FROM calls k JOIN contacts c ON c.id ="
 			  " k.contact_id WHERE k.state IN ('dialing', 'unknown')"
 			  " AND k.provider_call_id IS NULL AND k.last_sequence IS NULL"
 			  " AND NOT EXISTS (SELECT 1 FROM dial_attempts a WHERE a.call_id = k.id"
-			  " AND a.class = 'ok')"
+			  " AND a.class = 'ok' AND a.created_at > now() - 10"
+			  " * make_interval(secs => $2::double precision / 1000))"
 			  " AND c.state = 'dialing' AND c.lease_until < now()"
 			  " AND (SELECT count(*) FROM dial_attempts a WHERE a.call_id = k.id)"
 			  " < $4::int ORDER BY c.lease_until LIMIT $3::int"

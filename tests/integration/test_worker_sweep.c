@@ -349,7 +349,8 @@ static void fenced_end_after_takeover(void **state)
 /* The takeover leaves a call the provider placed (an 'ok' ledger row: a 201/200) to its events
  * (issue 9 review M2): of two dialing calls with expired leases and no event yet, the one with
  * an 'ok' row keeps its lease, the one with only an unknown outcome is taken over. Old code:
- * both taken, the placed one re-POSTed every lease period until its first event. */
+ * both taken, the placed one re-POSTed every lease period until its first event. Once the
+ * 'ok' is older than 10 leases with still no event, it is taken over (re-sent) too. */
 static void takeover_skips_placed(void **state)
 {
 	struct wenv w;
@@ -385,6 +386,18 @@ static void takeover_skips_placed(void **state)
 		1);
 	r = run_pass(&w, sweep_run_resend); /* nothing more */
 	assert_int_equal(r.taken, 0);
+	/* Placed more than 10 leases ago and still no event (a provider that lost it, review of
+	 * the fixes): re-sent with its key after all. Before, it waited for the 2-hour sweep. */
+	gp_sql(admin,
+	       "UPDATE dial_attempts SET created_at = now() - interval '11 minutes' WHERE call_id ="
+	       " '%s'",
+	       placed);
+	r = run_pass(&w, sweep_run_resend);
+	assert_int_equal(r.taken, 1);
+	assert_int_equal(
+		gp_int(admin,
+		       "SELECT count(*) FROM contacts WHERE id = %lld AND lease_owner = 'w1'", kp),
+		1);
 	wenv_close(&w);
 }
 
