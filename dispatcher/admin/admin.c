@@ -22,24 +22,40 @@ struct command {
 };
 
 /* The limits an organisation carries, shared by org create and org set. */
-#define ORG_LIMIT_OPTS                                                                             \
-	{ "--org-limit", ADMIN_INT, 1, 100000, false,                                              \
-	  "concurrent calls of the organisation (C1) [20]" },                                      \
-		{ "--per-agent-limit", ADMIN_INT_OR_NONE, 1, 100000, false,                        \
-		  "concurrent calls per agent; gates only below the org limit (C2) [none]" },      \
-		{ "--enforced", ADMIN_BOOL, 0, 0, false,                                           \
-		  "concurrency_management_enabled (C3) [true]" },                                  \
-		{ "--rate-default", ADMIN_INT, 1, 1000000, false,                                  \
-		  "requests per minute, default bucket (R1) [1000]" },                             \
-		{ "--rate-calls", ADMIN_INT, 1, 1000000, false,                                    \
-		  "requests per minute, calls.create bucket [600]" },                              \
-		{ "--rate-executions", ADMIN_INT, 1, 1000000, false,                               \
-		  "requests per minute, executions.list bucket [600]" },                           \
-		{ "--pending-ceiling", ADMIN_INT, 0, 100000000, false,                             \
-		  "undialled contacts the organisation may queue (R6) [250000]" },                 \
-		{ "--plan", ADMIN_ID, 0, 0, false, "plan shown by /v2/user/me [free]" },           \
-	{                                                                                          \
-		"--tier", ADMIN_ID, 0, 0, false, "rate_limit_tier shown by /v2/user/me [free]"     \
+#define ORG_LIMIT_OPTS                                                                              \
+	{ "--org-limit", ADMIN_INT, 1,                                                              \
+	  100000,	 false,	    "concurrent calls of the organisation (C1) [20]" },             \
+		{ "--per-agent-limit",                                                              \
+		  ADMIN_INT_OR_NONE,                                                                \
+		  1,                                                                                \
+		  100000,                                                                           \
+		  false,                                                                            \
+		  "concurrent calls per agent; gates only below the org limit (C2) [none]" },       \
+		{ "--enforced",                                                                     \
+		  ADMIN_BOOL,                                                                       \
+		  0,                                                                                \
+		  0,                                                                                \
+		  false,                                                                            \
+		  "concurrency_management_enabled (C3) [true]" },                                   \
+		{ "--rate-default", ADMIN_INT, 1,                                                   \
+		  1000000,	    false,     "requests per minute, default bucket (R1) [1000]" }, \
+		{ "--rate-calls", ADMIN_INT, 1,                                                     \
+		  1000000,	  false,     "requests per minute, calls.create bucket [600]" },    \
+		{ "--rate-executions",                                                              \
+		  ADMIN_INT,                                                                        \
+		  1,                                                                                \
+		  1000000,                                                                          \
+		  false,                                                                            \
+		  "requests per minute, executions.list bucket [600]" },                            \
+		{ "--pending-ceiling",                                                              \
+		  ADMIN_INT,                                                                        \
+		  0,                                                                                \
+		  100000000,                                                                        \
+		  false,                                                                            \
+		  "undialled contacts the organisation may queue (R6) [250000]" },                  \
+		{ "--plan", ADMIN_ID, 0, 0, false, "plan shown by /v2/user/me [free]" },            \
+	{                                                                                           \
+		"--tier", ADMIN_ID, 0, 0, false, "rate_limit_tier shown by /v2/user/me [free]"      \
 	}
 
 static const struct admin_opt org_create_opts[] = {
@@ -111,7 +127,8 @@ static int db_failed(PGconn *c, PGresult *res, const struct admin_args *a, const
 		return 2;
 	}
 	log_error(LOG_PG, "admin %s %s failed: %s", s->noun, s->verb, PQerrorMessage(c));
-	fprintf(stderr, "dispatcher admin %s %s: the database refused it (see the log line above)\n",
+	fprintf(stderr,
+		"dispatcher admin %s %s: the database refused it (see the log line above)\n",
 		s->noun, s->verb);
 	return 1;
 }
@@ -142,8 +159,8 @@ static void print_table(PGresult *res)
 			printf("%s%c", PQgetvalue(res, i, j), j + 1 < nf ? '\t' : '\n');
 }
 
-static int create(PGconn *c, const struct admin_args *a, const char *sql,
-		  const char *const *names, const char *missing)
+static int create(PGconn *c, const struct admin_args *a, const char *sql, const char *const *names,
+		  const char *missing)
 {
 	const char *p[MAX_PARAMS];
 	int n = 0, rc = 0;
@@ -161,19 +178,34 @@ static int create(PGconn *c, const struct admin_args *a, const char *sql,
 
 static int org_create(PGconn *c, const struct admin_args *a)
 {
-	static const char *const names[] = { "--id",	     "--name",	       "--org-limit",
-					     "--per-agent-limit", "--enforced", "--rate-default",
-					     "--rate-calls",	     "--rate-executions",
-					     "--pending-ceiling", "--plan", "--tier", NULL };
+	static const char *const names[] = { "--id",
+					     "--name",
+					     "--org-limit",
+					     "--per-agent-limit",
+					     "--enforced",
+					     "--rate-default",
+					     "--rate-calls",
+					     "--rate-executions",
+					     "--pending-ceiling",
+					     "--plan",
+					     "--tier",
+					     NULL };
 	return create(c, a, ADMIN_SQL_ORG_CREATE, names, "");
 }
 
 static int org_set(PGconn *c, const struct admin_args *a)
 {
-	static const char *const names[] = { "--org",	       "--org-limit",	"--per-agent-limit",
-					     "--enforced",	       "--rate-default", "--rate-calls",
-					     "--rate-executions", "--pending-ceiling", "--plan",
-					     "--tier",	       NULL };
+	static const char *const names[] = { "--org",
+					     "--org-limit",
+					     "--per-agent-limit",
+					     "--enforced",
+					     "--rate-default",
+					     "--rate-calls",
+					     "--rate-executions",
+					     "--pending-ceiling",
+					     "--plan",
+					     "--tier",
+					     NULL };
 	const char *p[MAX_PARAMS];
 	int rc = 0;
 
@@ -226,9 +258,14 @@ static int agent_list(PGconn *c, const struct admin_args *a)
 
 static int campaign_create(PGconn *c, const struct admin_args *a)
 {
-	static const char *const names[] = { "--id",	   "--org",		 "--agent",
-					     "--name",	   "--ceiling",		 "--retry-max-attempts",
-					     "--retry-delay-seconds", NULL };
+	static const char *const names[] = { "--id",
+					     "--org",
+					     "--agent",
+					     "--name",
+					     "--ceiling",
+					     "--retry-max-attempts",
+					     "--retry-delay-seconds",
+					     NULL };
 	char missing[200];
 
 	snprintf(missing, sizeof(missing), "--agent: no agent '%s' in organisation '%s' (--org)",
@@ -307,8 +344,9 @@ static int key_create(PGconn *c, const struct admin_args *a)
 	PGresult *res = PQexecParams(c, ADMIN_SQL_KEY_CREATE, 4, NULL, p, lens, formats, 0);
 	if (PQresultStatus(res) == PGRES_TUPLES_OK) {
 		printf("%s\n%s\n", PQgetvalue(res, 0, 0), key);
-		fprintf(stderr, "dispatcher admin key create: the key (second line) is shown "
-				"this once and never again: store it now; only its SHA-256 is kept\n");
+		fprintf(stderr,
+			"dispatcher admin key create: the key (second line) is shown "
+			"this once and never again: store it now; only its SHA-256 is kept\n");
 	} else {
 		snprintf(missing, sizeof(missing), "--org: no organisation '%s'", p[0]);
 		rc = db_failed(c, res, a, missing);
@@ -376,13 +414,14 @@ static const struct command commands[] = {
 
 static void usage(FILE *out)
 {
-	fprintf(out, "usage: dispatcher admin NOUN VERB [--option VALUE]...\n"
-		     "\n"
-		     "Tenants and keys, on DATABASE_URL (bounded by "
-		     "DISPATCHER_PG_CONNECT_TIMEOUT_MS).\n"
-		     "Every argument is checked before anything is written. Exit 0 done, 1 failed,\n"
-		     "2 bad usage (the message names the argument). Lists are tab-separated, the\n"
-		     "column names first. [default]\n");
+	fprintf(out,
+		"usage: dispatcher admin NOUN VERB [--option VALUE]...\n"
+		"\n"
+		"Tenants and keys, on DATABASE_URL (bounded by "
+		"DISPATCHER_PG_CONNECT_TIMEOUT_MS).\n"
+		"Every argument is checked before anything is written. Exit 0 done, 1 failed,\n"
+		"2 bad usage (the message names the argument). Lists are tab-separated, the\n"
+		"column names first. [default]\n");
 	for (size_t i = 0; i < NCOMMANDS; i++) {
 		const struct admin_spec *s = &commands[i].spec;
 		fprintf(out, "\n  %s %s: %s\n", s->noun, s->verb, s->summary);
@@ -455,7 +494,8 @@ int admin_main(int argc, char **argv)
 		config_escape(argv[0], noun, sizeof(noun));
 		config_escape(argc >= 2 ? argv[1] : "", verb, sizeof(verb));
 		fprintf(stderr,
-			"dispatcher admin: unknown command '%s%s%s' (try dispatcher admin --help)\n",
+			"dispatcher admin: unknown command '%s%s%s' (try dispatcher admin "
+			"--help)\n",
 			noun, argc >= 2 ? " " : "", verb);
 		return 2;
 	}

@@ -41,7 +41,11 @@ static bool is_id(const char *v)
 /* Length of the UTF-8 sequence at s (1..4), or 0 when it is not valid UTF-8. */
 static size_t utf8_len(const unsigned char *s)
 {
-	size_t n = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] < 0xe0 ? 2 : s[0] >= 0xe0 && s[0] < 0xf0 ? 3 : s[0] >= 0xf0 && s[0] < 0xf5 ? 4 : 0;
+	size_t n = s[0] < 0x80			 ? 1
+		   : s[0] >= 0xc2 && s[0] < 0xe0 ? 2
+		   : s[0] >= 0xe0 && s[0] < 0xf0 ? 3
+		   : s[0] >= 0xf0 && s[0] < 0xf5 ? 4
+						 : 0;
 
 	for (size_t i = 1; i < n; i++)
 		if ((s[i] & 0xc0) != 0x80)
@@ -175,8 +179,8 @@ static int one(const struct admin_spec *s, int argc, char **argv, int *i, struct
 	char what[160], bounds[96];
 
 	if (k < 0)
-		return refuse(err, s, strncmp(a, "--", 2) ? "unexpected argument" : "unknown option",
-			      a);
+		return refuse(err, s,
+			      strncmp(a, "--", 2) ? "unexpected argument" : "unknown option", a);
 	if (out->val[k]) {
 		snprintf(what, sizeof(what), "%s given twice, again as", s->opts[k].name);
 		return refuse(err, s, what, a);
@@ -202,8 +206,8 @@ static int one(const struct admin_spec *s, int argc, char **argv, int *i, struct
 	return 0;
 }
 
-int admin_args_parse(const struct admin_spec *spec, int argc, char **argv,
-		     struct admin_args *out, FILE *err)
+int admin_args_parse(const struct admin_spec *spec, int argc, char **argv, struct admin_args *out,
+		     FILE *err)
 {
 	size_t optional = 0;
 

@@ -41,16 +41,16 @@ struct admin_spec {
 };
 
 struct admin_args {
-	const struct admin_spec *spec;	   /* borrowed */
-	const char *val[ADMIN_MAX_OPTS];   /* per option of spec: its value, NULL when absent */
-	char buf[ADMIN_MAX_OPTS][24];	   /* canonical text of integer and boolean values */
+	const struct admin_spec *spec;	 /* borrowed */
+	const char *val[ADMIN_MAX_OPTS]; /* per option of spec: its value, NULL when absent */
+	char buf[ADMIN_MAX_OPTS][24];	 /* canonical text of integer and boolean values */
 };
 
 /* Parses argv[0..argc) (the options after the subcommand's two words) against spec into *out.
  * Values point into argv or into out->buf (borrowed: valid while both live). Returns 0, or
  * -EINVAL after one line on err naming the subcommand, the option and what it accepts. */
-int admin_args_parse(const struct admin_spec *spec, int argc, char **argv,
-		     struct admin_args *out, FILE *err);
+int admin_args_parse(const struct admin_spec *spec, int argc, char **argv, struct admin_args *out,
+		     FILE *err);
 
 /* The value of option name ("--org"), or NULL when it was not given. name must be one of the
  * spec's options (a programming error otherwise: aborts). */

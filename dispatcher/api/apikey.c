@@ -8,12 +8,11 @@
 #include <string.h>
 #include <strings.h>
 
-const char apikey_alphabet[62] = { '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B',
-				   'C', 'D', 'E', 'F', 'G', 'H', 'I', 'J', 'K', 'L', 'M', 'N',
-				   'O', 'P', 'Q', 'R', 'S', 'T', 'U', 'V', 'W', 'X', 'Y', 'Z',
-				   'a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l',
-				   'm', 'n', 'o', 'p', 'q', 'r', 's', 't', 'u', 'v', 'w', 'x',
-				   'y', 'z' };
+const char apikey_alphabet[62] = { '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'A', 'B', 'C',
+				   'D', 'E', 'F', 'G', 'H', 'I', 'J', 'K', 'L', 'M', 'N', 'O', 'P',
+				   'Q', 'R', 'S', 'T', 'U', 'V', 'W', 'X', 'Y', 'Z', 'a', 'b', 'c',
+				   'd', 'e', 'f', 'g', 'h', 'i', 'j', 'k', 'l', 'm', 'n', 'o', 'p',
+				   'q', 'r', 's', 't', 'u', 'v', 'w', 'x', 'y', 'z' };
 
 /* Random bytes at or above this are dropped: 248 = 4 × 62, so the rest map uniformly. */
 #define ACCEPT_BELOW 248
@@ -58,8 +57,7 @@ int apikey_hash(const char *key, size_t len, unsigned char out[APIKEY_HASH_LEN])
 {
 	unsigned int mdlen = 0;
 
-	if (EVP_Digest(key, len, out, &mdlen, EVP_sha256(), NULL) != 1 ||
-	    mdlen != APIKEY_HASH_LEN)
+	if (EVP_Digest(key, len, out, &mdlen, EVP_sha256(), NULL) != 1 || mdlen != APIKEY_HASH_LEN)
 		return -EIO;
 	return 0;
 }
