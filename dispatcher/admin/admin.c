@@ -22,41 +22,24 @@ struct command {
 };
 
 /* The limits an organisation carries, shared by org create and org set. */
-#define ORG_LIMIT_OPTS                                                                              \
-	{ "--org-limit", ADMIN_INT, 1,                                                              \
-	  100000,	 false,	    "concurrent calls of the organisation (C1) [20]" },             \
-		{ "--per-agent-limit",                                                              \
-		  ADMIN_INT_OR_NONE,                                                                \
-		  1,                                                                                \
-		  100000,                                                                           \
-		  false,                                                                            \
-		  "concurrent calls per agent; gates only below the org limit (C2) [none]" },       \
-		{ "--enforced",                                                                     \
-		  ADMIN_BOOL,                                                                       \
-		  0,                                                                                \
-		  0,                                                                                \
-		  false,                                                                            \
-		  "concurrency_management_enabled (C3) [true]" },                                   \
-		{ "--rate-default", ADMIN_INT, 1,                                                   \
-		  1000000,	    false,     "requests per minute, default bucket (R1) [1000]" }, \
-		{ "--rate-calls", ADMIN_INT, 1,                                                     \
-		  1000000,	  false,     "requests per minute, calls.create bucket [600]" },    \
-		{ "--rate-executions",                                                              \
-		  ADMIN_INT,                                                                        \
-		  1,                                                                                \
-		  1000000,                                                                          \
-		  false,                                                                            \
-		  "requests per minute, executions.list bucket [600]" },                            \
-		{ "--pending-ceiling",                                                              \
-		  ADMIN_INT,                                                                        \
-		  0,                                                                                \
-		  100000000,                                                                        \
-		  false,                                                                            \
-		  "undialled contacts the organisation may queue (R6) [250000]" },                  \
-		{ "--plan", ADMIN_ID, 0, 0, false, "plan shown by /v2/user/me [free]" },            \
-	{                                                                                           \
-		"--tier", ADMIN_ID, 0, 0, false, "rate_limit_tier shown by /v2/user/me [free]"      \
-	}
+/* clang-format off */
+#define ORG_LIMIT_OPTS \
+	{ "--org-limit", ADMIN_INT, 1, 100000, false, \
+	  "concurrent calls of the organisation (C1) [20]" }, \
+	{ "--per-agent-limit", ADMIN_INT_OR_NONE, 1, 100000, false, \
+	  "concurrent calls per agent; gates only below the org limit (C2) [none]" }, \
+	{ "--enforced", ADMIN_BOOL, 0, 0, false, "concurrency_management_enabled (C3) [true]" }, \
+	{ "--rate-default", ADMIN_INT, 1, 1000000, false, \
+	  "requests per minute, default bucket (R1) [1000]" }, \
+	{ "--rate-calls", ADMIN_INT, 1, 1000000, false, \
+	  "requests per minute, calls.create bucket [600]" }, \
+	{ "--rate-executions", ADMIN_INT, 1, 1000000, false, \
+	  "requests per minute, executions.list bucket [600]" }, \
+	{ "--pending-ceiling", ADMIN_INT, 0, 100000000, false, \
+	  "undialled contacts the organisation may queue (R6) [250000]" }, \
+	{ "--plan", ADMIN_ID, 0, 0, false, "plan shown by /v2/user/me [free]" }, \
+	{ "--tier", ADMIN_ID, 0, 0, false, "rate_limit_tier shown by /v2/user/me [free]" }
+/* clang-format on */
 
 static const struct admin_opt org_create_opts[] = {
 	{ "--name", ADMIN_NAME, 0, 0, true, "the organisation's name" },
