@@ -1,5 +1,6 @@
 /* dispatcher: the command-line entry point. Parses the command, loads the settings table, and
  * hands over to the command's module. */
+#include "admin.h"
 #include "build_config.h"
 #include "demo.h"
 #include "error.h"
@@ -30,6 +31,9 @@ static void usage(FILE *out)
 		"                     run everything on this machine for about a minute and show\n"
 		"                     the fair share live (private PostgreSQL, Redis, provider\n"
 		"                     stub); see demo --help\n"
+		"  admin NOUN VERB [--option VALUE]...\n"
+		"                     organisations and their limits, agents, campaigns, API keys\n"
+		"                     (DATABASE_URL); see admin --help\n"
 		"  config [--markdown]\n"
 		"                     print the configuration table with its bounds and defaults\n"
 		"  --help, -h         this text\n"
@@ -116,6 +120,8 @@ int main(int argc, char **argv)
 		return rc;
 	if (strcmp(argv[1], "demo") == 0) /* its own environment: it sets its workers' */
 		return demo_main(argc - 2, argv + 2);
+	if (strcmp(argv[1], "admin") == 0) /* its own options, checked before settings */
+		return admin_main(argc - 2, argv + 2);
 	if (parse_command(argc, argv, &c))
 		return 2;
 	if (settings_load(&s) < 0)
