@@ -86,7 +86,8 @@ static void duplicated_keys_large_objects(void **state)
 			char buf[8192], *p = buf;
 			p += sprintf(p, "{");
 			for (int i = 0; i < n; i++)
-				p += sprintf(p, "%s\"k%d\":%d", i ? "," : "", dup && i == n - 1 ? 0 : i, i);
+				p += sprintf(p, "%s\"k%d\":%d", i ? "," : "",
+					     dup && i == n - 1 ? 0 : i, i);
 			p += sprintf(p, "}");
 			cJSON *j = parse(buf, (size_t)(p - buf));
 			if (dup) {
