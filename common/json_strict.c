@@ -31,7 +31,8 @@ static bool scan_strings(const char *buf, size_t len, char *err, size_t errlen)
 				 ch ? "a control character" : "a NUL", i);
 			return false;
 		} else if (ch == '\\' && i + 1 < len) {
-			if (buf[i + 1] == 'u' && i + 5 < len && memcmp(buf + i + 2, "0000", 4) == 0) {
+			if (buf[i + 1] == 'u' && i + 5 < len &&
+			    memcmp(buf + i + 2, "0000", 4) == 0) {
 				snprintf(err, errlen, "a NUL (\\u0000) inside a string at byte %zu",
 					 i);
 				return false;
