@@ -124,6 +124,8 @@ const char *http_reason(int status)
 		return "Service Unavailable";
 	case 504:
 		return "Gateway Timeout";
+	case 505:
+		return "HTTP Version Not Supported";
 	default:
 		return "Unknown";
 	}

@@ -3,6 +3,7 @@
 #include "http_server_int.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,6 +137,10 @@ static int on_header_field(llhttp_t *p, const char *at, size_t n)
 	req->in_value = false;
 	if (header_bytes(p, n))
 		return HPE_USER;
+	/* llhttp 8.1 takes "Host : x" as a header named "Host "; RFC 9112 §5.1 says 400. */
+	if (memchr(at, ' ', n))
+		return fail(p, 400, "bad_request",
+			    "A header name is followed by whitespace before its colon.");
 	return http_buf_append(&req->arena, at, n) ? nomem(p) : 0;
 }
 
@@ -225,22 +230,34 @@ static bool path_matches(const struct route *r, const struct http_request *req)
 static int route(struct http_server *s, struct http_request *req)
 {
 	struct http_buf allow = { 0 };
+	const struct route *get = NULL; /* the GET route of the path: it serves HEAD too */
+	bool head = false;		/* the path has a HEAD route of its own */
 	int err = split_path(req);
 
 	if (err == -ENOMEM)
 		return err;
 	for (size_t i = 0; !err && i < s->nroutes; i++) {
+		const char *m = s->routes[i].r.method;
 		if (!path_matches(&s->routes[i], req))
 			continue;
-		if (strcmp(s->routes[i].r.method, req->method) == 0) {
+		if (strcmp(m, req->method) == 0) {
 			req->route = &s->routes[i];
 			http_buf_free(&allow);
 			return 0;
 		}
-		if ((allow.len && http_buf_puts(&allow, ", ")) ||
-		    http_buf_puts(&allow, s->routes[i].r.method))
+		if (!get && strcmp(m, "GET") == 0)
+			get = &s->routes[i];
+		head = head || strcmp(m, "HEAD") == 0;
+		if ((allow.len && http_buf_puts(&allow, ", ")) || http_buf_puts(&allow, m))
 			err = -ENOMEM;
 	}
+	if (!err && get && strcmp(req->method, "HEAD") == 0) {
+		req->route = get; /* answered as the GET, without the body (serialize) */
+		http_buf_free(&allow);
+		return 0;
+	}
+	if (!err && get && !head && http_buf_puts(&allow, ", HEAD"))
+		err = -ENOMEM;
 	if (allow.len) {
 		req->err_status = 405;
 		req->err_code = "method_not_allowed";
@@ -284,6 +301,65 @@ static void maybe_continue(struct http_conn *c, struct http_request *req)
 		req->want_continue = true;
 }
 
+/* A Host value is a uri-host with an optional port (RFC 9110 §7.2, RFC 3986 §3.2.2): a
+ * reg-name or IPv4 address (unreserved, sub-delims, %XX), or an IP literal in brackets. */
+static bool host_valid(const char *h)
+{
+	const char *s = h;
+
+	if (*s == '[') {
+		s += 1 + strspn(s + 1, "0123456789abcdefABCDEF:.vV%-_~");
+		if (*s++ != ']' || s == h + 2)
+			return false;
+	} else {
+		while (*s && *s != ':') {
+			if (*s == '%') {
+				if (!isxdigit((unsigned char)s[1]) ||
+				    !isxdigit((unsigned char)s[2]))
+					return false;
+				s += 3;
+			} else if (isalnum((unsigned char)*s) || strchr("-._~!$&'()*+,;=", *s)) {
+				s++;
+			} else {
+				return false;
+			}
+		}
+		if (s == h)
+			return false; /* empty: an "http" URI has a host */
+	}
+	if (*s == ':')
+		s++;
+	return strspn(s, "0123456789") == strlen(s);
+}
+
+/* RFC 9112 §2.3, §3.2, §9.9 and RFC 9110 §7.2, as nginx and h2o apply them: a version,
+ * HTTP/1.x, one valid Host (required in 1.1). Returns 0 or fail()'s HPE_USER. */
+static int check_request(llhttp_t *p, struct http_request *req)
+{
+	const char *host = NULL;
+	unsigned nhost = 0;
+
+	if (p->http_major == 0) /* llhttp 8.1 takes "GET /" as HTTP/0.9 */
+		return fail(p, 400, "bad_request", "The request line has no HTTP version.");
+	if (p->http_major != 1)
+		return fail(p, 505, "http_version_not_supported",
+			    "The server speaks HTTP/1.0 and HTTP/1.1 only.");
+	if (p->method == HTTP_CONNECT)
+		return fail(p, 501, "not_implemented", "The server does not tunnel (CONNECT).");
+	for (unsigned i = 0; i < req->nhdrs; i++)
+		if (strcasecmp(req->arena.data + req->hdrs[i].name, "Host") == 0) {
+			host = req->arena.data + req->hdrs[i].value;
+			nhost++;
+		}
+	if (nhost > 1)
+		return fail(p, 400, "bad_request", "The request has more than one Host header.");
+	if (!host && p->http_minor == 1)
+		return fail(p, 400, "bad_request", "An HTTP/1.1 request needs a Host header.");
+	if (host && !host_valid(host))
+		return fail(p, 400, "bad_request", "The Host header is not a valid host[:port].");
+	return 0;
+}
+
 static int on_headers_complete(llhttp_t *p)
 {
 	struct http_conn *c = conn_of(p);
@@ -291,6 +367,11 @@ static int on_headers_complete(llhttp_t *p)
 	bool has_body = (p->flags & F_CHUNKED) || p->content_length > 0;
 
 	finish_headers(req);
+	if (check_request(p, req))
+		return HPE_USER;
+	/* Upgrade is ignored (RFC 9110 §7.8): the request is answered like any other and the
+	 * connection stays HTTP/1.1, so a request pipelined behind it is read and answered. */
+	p->upgrade = 0;
 	req->method = llhttp_method_name((llhttp_method_t)p->method);
 	req->keep_alive = llhttp_should_keep_alive(p);
 	req->http10 = p->http_major == 1 && p->http_minor == 0;
@@ -307,14 +388,57 @@ static int on_headers_complete(llhttp_t *p)
 	return 0;
 }
 
+static int body_too_large(llhttp_t *p)
+{
+	return fail(p, 413, "body_too_large",
+		    "The request body is larger than this route accepts.");
+}
+
+/* Checks the bytes in [p, end) that follow a chunk's data: llhttp 8.1 skips two bytes there
+ * without looking at them ("abcXX0\r\n" passes as "abc"). Returns 0, or -1 (the connection
+ * answers 400) when they are not CRLF. The bytes not yet received are checked at the start of
+ * the next input (conn_parse). */
+int chunk_crlf_check(struct http_conn *c, const char *p, const char *end)
+{
+	for (; c->crlf_left && p < end; p++, c->crlf_left--)
+		if (*p != (c->crlf_left == 2 ? '\r' : '\n'))
+			return -1;
+	return 0;
+}
+
+static int bad_chunk(llhttp_t *p)
+{
+	return fail(p, 400, "bad_request", "A chunk's data is not followed by CRLF.");
+}
+
 static int on_body(llhttp_t *p, const char *at, size_t n)
+{
+	struct http_conn *c = conn_of(p);
+	struct http_request *req = c->cur;
+
+	if (!req->route || req->body.len + req->ext_bytes + n > req->route->r.max_body)
+		return body_too_large(p);
+	if (n && http_buf_append(&req->body, at, n))
+		return nomem(p);
+	if ((p->flags & F_CHUNKED) && p->content_length == 0) { /* the chunk's data ends here */
+		c->crlf_left = 2;
+		if (chunk_crlf_check(c, at + n, c->in_end))
+			return bad_chunk(p);
+	}
+	return 0;
+}
+
+/* Chunk extensions (";name=value" after a chunk size) are dropped, but their bytes count
+ * against the route's max_body with the data: llhttp would otherwise read them unbounded. */
+static int on_chunk_ext(llhttp_t *p, const char *at, size_t n)
 {
 	struct http_request *req = conn_of(p)->cur;
 
-	if (!req->route || req->body.len + n > req->route->r.max_body)
-		return fail(p, 413, "body_too_large",
-			    "The request body is larger than this route accepts.");
-	return http_buf_append(&req->body, at, n) ? nomem(p) : 0;
+	(void)at;
+	req->ext_bytes += n;
+	if (!req->route || req->body.len + req->ext_bytes > req->route->r.max_body)
+		return body_too_large(p);
+	return 0;
 }
 
 static int on_message_complete(llhttp_t *p)
@@ -355,6 +479,8 @@ void http_parser_settings(llhttp_settings_t *s)
 	s->on_header_value_complete = on_header_value_complete;
 	s->on_headers_complete = on_headers_complete;
 	s->on_body = on_body;
+	s->on_chunk_extension_name = on_chunk_ext;
+	s->on_chunk_extension_value = on_chunk_ext;
 	s->on_message_complete = on_message_complete;
 }
 

@@ -299,6 +299,11 @@ static void conn_parse(struct http_conn *c, const char *data, size_t len)
 {
 	c->in_parse = true;
 	while (len > 0 && !c->closing && !c->close_after) {
+		if (chunk_crlf_check(c, data, data + len)) {
+			conn_fail(c, 400, "bad_request", "A chunk's data is not followed by CRLF.");
+			break;
+		}
+		c->in_end = data + len;
 		llhttp_errno_t e = llhttp_execute(&c->parser, data, len);
 		if (e == HPE_OK)
 			break;

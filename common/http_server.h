@@ -31,8 +31,14 @@
  * Write back-pressure: a connection whose unsent output (bytes queued for writing, as libuv
  * counts them) is above max_write_queued stops reading and parsing until its writes drain, so
  * a client that pipelines requests and never reads holds at most max_write_queued plus the
- * answers of max_pipelined requests. A connection whose writes make no progress for
- * write_timeout_ms is closed (stats.write_timeouts).
+ * answers of max_pipelined requests. A connection whose writes make no progress is closed
+ * (stats.write_timeouts) at the first check, every write_timeout_ms, that finds none since the
+ * previous one: between write_timeout_ms and twice that after its last progress.
+ *
+ * Strictness (RFC 9112/9110, as nginx and h2o; the table is in common/README.md): no version,
+ * HTTP/1.1 without Host, two Host, a bad Host, space before a header's colon, bytes after a
+ * chunk that are not CRLF: 400; HTTP/2.0: 505; CONNECT: 501; chunk extensions count against
+ * max_body; Upgrade is ignored; HEAD is served by the GET route of a path without its own.
  *
  * Every error the server produces has a JSON body {"error":"<code>","message":"<sentence>"};
  * handlers should use http_respond_error() for theirs. The decorate hook sees every response

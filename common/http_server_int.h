@@ -30,6 +30,7 @@ struct http_request {
 	unsigned nhdrs, hdr_cap;
 	bool in_value; /* the parser's last header callback was a value */
 	size_t url_len, hdr_bytes;
+	size_t ext_bytes;   /* chunk extensions (names and values), counted with the body */
 	const char *method; /* static (llhttp) or "" */
 	char *path;	    /* into arena; "" until the headers are parsed */
 	const char *query;
@@ -74,6 +75,8 @@ struct http_conn {
 	bool failed;	 /* a parser callback stopped the parser (fail_*) */
 	int fail_status; /* 0: stop quietly, else answer with it */
 	const char *fail_code, *fail_msg;
+	const char *in_end; /* end of the input llhttp_execute() is parsing now */
+	unsigned crlf_left; /* bytes of the CRLF after a chunk's data still to check (2, 1, 0) */
 	char peer[64];
 };
 
@@ -125,6 +128,7 @@ void conn_fail(struct http_conn *c, int status, const char *code, const char *ms
 void conn_arm(struct http_conn *c, uint64_t ms);
 void conn_enqueue(struct http_conn *c, struct http_request *req);
 void conn_continue(struct http_conn *c);
+int chunk_crlf_check(struct http_conn *c, const char *p, const char *end);
 bool conn_output_full(struct http_conn *c);
 
 #endif

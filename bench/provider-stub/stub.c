@@ -4,6 +4,7 @@
 #include "stub_int.h"
 
 #include "http_buf.h"
+#include "json_strict.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -393,7 +394,6 @@ static const char *checked_callback(struct stub *s, const char *u)
 static const char *dial_parse(struct stub *s, const cJSON *j, struct dial *d)
 {
 	bool ok = true;
-	const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "attempt");
 	const cJSON *to = cJSON_GetObjectItemCaseSensitive(j, "to");
 
 	if (!cJSON_IsString(to) || !e164(to->valuestring))
@@ -411,9 +411,11 @@ static const char *dial_parse(struct stub *s, const cJSON *j, struct dial *d)
 	d->contact = str_field(j, "contact_id", true, &ok);
 	if (!ok)
 		return "contact_id";
-	if (!cJSON_IsNumber(a) || a->valuedouble < 1 || a->valuedouble > 1e6)
+	int64_t attempt;
+	char jerr[JSON_STRICT_ERR];
+	if (json_strict_int(j, "attempt", 1, 1000000, &attempt, jerr, sizeof(jerr)))
 		return "attempt";
-	d->attempt = a->valueint;
+	d->attempt = (int)attempt;
 	const cJSON *cb = cJSON_GetObjectItemCaseSensitive(j, "callback_url");
 	if (!cJSON_IsString(cb) || !(d->callback = checked_callback(s, cb->valuestring)))
 		return "callback_url";
@@ -596,7 +598,7 @@ void stub_handle_dial(struct http_request *req, void *data)
 	size_t len;
 	const char *body = http_request_body(req, &len);
 	cJSON *j;
-	char msg[96];
+	char msg[96 + JSON_STRICT_ERR], jerr[JSON_STRICT_ERR];
 
 	s->requests++;
 	if (s->closing) {
@@ -621,13 +623,15 @@ void stub_handle_dial(struct http_request *req, void *data)
 			return;
 		}
 	}
-	if (!(j = cJSON_ParseWithLength(body, len)) || !cJSON_IsObject(j)) {
+	/* Strict (common/json_strict.h): trailing bytes, a NUL in a string or a key twice are a
+	 * 400 naming the byte or field, as the API answers them. */
+	if (!(j = json_strict_parse(body, len, jerr, sizeof(jerr))) || !cJSON_IsObject(j)) {
 		cJSON_Delete(j);
 		s->rejected++;
-		{
-			refuse(req, 400, "invalid_json", "The body is not a JSON object.");
-			return;
-		}
+		snprintf(msg, sizeof(msg), "The body is not a JSON object%s%s.", j ? "" : ": ",
+			 j ? "" : jerr);
+		refuse(req, 400, "invalid_json", msg);
+		return;
 	}
 	const char *bad = dial_parse(s, j, &d);
 	if (bad) {

@@ -85,9 +85,25 @@ static void validation_and_auth(void **state)
 			good, 2, 0, &r);
 	assert_int_equal(r.status, 422); /* never anything but loopback */
 	assert_non_null(strstr(r.body, "callback_url"));
+	/* Strict JSON (common/json_strict.h): trailing bytes, a key twice, a fractional attempt. */
+	char bad[256];
+	snprintf(bad, sizeof(bad), "%s{}", json);
+	harness_request(h, "POST", "/calls", bad, good, 2, 0, &r);
+	assert_int_equal(r.status, 400);
+	assert_non_null(strstr(r.body, "trailing bytes"));
+	snprintf(bad, sizeof(bad), "{\"org_id\":\"o2\",%s", json + 1);
+	harness_request(h, "POST", "/calls", bad, good, 2, 0, &r);
+	assert_int_equal(r.status, 400);
+	assert_non_null(strstr(r.body, "field org_id appears twice"));
+	harness_request(h, "POST", "/calls",
+			"{\"to\":\"+15551230000\",\"org_id\":\"o1\",\"attempt\":1.5,"
+			"\"callback_url\":\"http://127.0.0.1:9/e\"}",
+			good, 2, 0, &r);
+	assert_int_equal(r.status, 422);
+	assert_non_null(strstr(r.body, "attempt"));
 	harness_request(h, "POST", "/calls", json, good, 2, 0, &r);
 	assert_int_equal(r.status, 201);
-	assert_int_equal(harness_stat(h, "rejected"), 5);
+	assert_int_equal(harness_stat(h, "rejected"), 8);
 	harness_stop(h);
 }
 
