@@ -352,8 +352,8 @@ int csv_error_message(const struct csv_error *e, char *buf, size_t len)
 {
 	char where[96];
 	const char *what = csv_error_kind_str(e->kind);
-	const char *hint = e->in_quotes ? " (inside a quoted field: is its closing quote missing?)"
-					: "";
+	const char *hint =
+		e->in_quotes ? " (inside a quoted field: is its closing quote missing?)" : "";
 
 	if (e->line != e->row)
 		snprintf(where, sizeof(where), "row %llu (line %llu), field %u",
@@ -365,7 +365,8 @@ int csv_error_message(const struct csv_error *e, char *buf, size_t len)
 	case CSV_EFIELDS:
 		return snprintf(buf, len, "%s: more than %u fields", where, e->limit);
 	case CSV_EFIELD_LONG:
-		return snprintf(buf, len, "%s: field longer than %u bytes%s", where, e->limit, hint);
+		return snprintf(buf, len, "%s: field longer than %u bytes%s", where, e->limit,
+				hint);
 	case CSV_ERECORD_LONG:
 		return snprintf(buf, len, "%s: row longer than %u bytes%s", where, e->limit, hint);
 	default:

@@ -104,22 +104,22 @@ struct csv_parser {
 	char *buf;		 /* work area: field contents, each followed by a NUL */
 	struct csv_field *field; /* work area: max_fields entries */
 	enum csv_state state;
-	uint32_t used;		 /* bytes of buf in use */
-	uint32_t n_fields;	 /* fields begun in the current record */
-	uint32_t raw;		 /* bytes of the current record as written */
-	uint64_t row;		 /* row of the current record */
-	uint64_t line;		 /* physical line of the next byte */
-	uint64_t offset;	 /* bytes consumed so far */
-	uint64_t records;	 /* records emitted */
-	uint64_t open_line;	 /* line of the current quoted field's opening quote */
-	uint64_t open_offset;	 /* offset of that quote */
-	uint8_t u8_need;	 /* UTF-8 continuation bytes still expected */
-	uint8_t u8_lo, u8_hi;	 /* bounds of the next continuation byte */
-	uint8_t bom;		 /* bytes of a leading byte order mark matched so far; 3: settled */
-	bool prev_cr;		 /* the previous byte was CR */
-	bool skip_lf;		 /* a CR ended a record: an LF right after belongs to it */
-	bool finished;		 /* csv_finish() ran */
-	int rc;			 /* 0, or the final error / callback code */
+	uint32_t used;	      /* bytes of buf in use */
+	uint32_t n_fields;    /* fields begun in the current record */
+	uint32_t raw;	      /* bytes of the current record as written */
+	uint64_t row;	      /* row of the current record */
+	uint64_t line;	      /* physical line of the next byte */
+	uint64_t offset;      /* bytes consumed so far */
+	uint64_t records;     /* records emitted */
+	uint64_t open_line;   /* line of the current quoted field's opening quote */
+	uint64_t open_offset; /* offset of that quote */
+	uint8_t u8_need;      /* UTF-8 continuation bytes still expected */
+	uint8_t u8_lo, u8_hi; /* bounds of the next continuation byte */
+	uint8_t bom;	      /* bytes of a leading byte order mark matched so far; 3: settled */
+	bool prev_cr;	      /* the previous byte was CR */
+	bool skip_lf;	      /* a CR ended a record: an LF right after belongs to it */
+	bool finished;	      /* csv_finish() ran */
+	int rc;		      /* 0, or the final error / callback code */
 	struct csv_error err;
 };
 

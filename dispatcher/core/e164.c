@@ -94,8 +94,7 @@ static enum e164_fault check(const char *in, size_t len, char *out)
 	return E164_OK;
 }
 
-int e164_normalise(const char *in, size_t len, char *out, size_t out_size,
-		   enum e164_fault *fault)
+int e164_normalise(const char *in, size_t len, char *out, size_t out_size, enum e164_fault *fault)
 {
 	enum e164_fault f;
 

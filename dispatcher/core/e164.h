@@ -43,8 +43,7 @@ enum e164_fault {
  * number is refused, with the reason in *fault (fault may be NULL; it is E164_OK on success);
  * -ENOBUFS when out is too small; -EFAULT for a NULL in (len > 0) or out. out is left empty
  * on failure. */
-int e164_normalise(const char *in, size_t len, char *out, size_t out_size,
-		   enum e164_fault *fault);
+int e164_normalise(const char *in, size_t len, char *out, size_t out_size, enum e164_fault *fault);
 
 /* Returns a static English description of fault, never NULL (for example "the number must
  * start with + and its country code"). */

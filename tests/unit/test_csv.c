@@ -186,6 +186,8 @@ static void every_error_names_its_row(void **state)
 		{ "h\nx,\xE2\x82", CSV_EUTF8, 2, 2, 2, 6 },
 		/* row and line differ after a quoted field that holds a line end */
 		{ "h\n\"a\nb\",x\n\"c\"d\n", CSV_EAFTER_QUOTE, 3, 4, 1, 13 },
+		{ "h\r\n\"a\r\nb\",x\r\n\"c\"d\r\n", CSV_EAFTER_QUOTE, 3, 4, 1, 16 },
+		{ "h\r\"a\rb\",x\r\"c\"d\r", CSV_EAFTER_QUOTE, 3, 4, 1, 13 },
 	};
 
 	(void)state;
@@ -302,7 +304,8 @@ static const char *const tricky[] = {
 	"h\n\"never closed\r\n",
 	"h\n\xF0\x9F\x98\n",
 	"h\nabc\"d\n",
-	"h\n" "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa,b\n",
+	"h\n"
+	"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa,b\n",
 };
 
 static void same_records_at_every_cut(void **state)
@@ -342,9 +345,9 @@ static void same_records_at_every_cut(void **state)
 
 /* --- random round trip ----------------------------------------------------------------- */
 
-#define RT_RECORDS 3000
+#define RT_RECORDS    3000
 #define RT_MAX_FIELDS 8
-#define RT_MAX_FIELD 24
+#define RT_MAX_FIELD  24
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -355,8 +358,19 @@ static uint64_t rnd(uint64_t *s)
 }
 
 /* Pieces a field is made of: ASCII, the characters CSV must quote, UTF-8 of each length. */
-static const char *const pieces[] = { "a", "Z", "7", " ", ",", "\"", "\r", "\n", "\r\n",
-				      "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", "+" };
+static const char *const pieces[] = { "a",
+				      "Z",
+				      "7",
+				      " ",
+				      ",",
+				      "\"",
+				      "\r",
+				      "\n",
+				      "\r\n",
+				      "\xC3\xA9",
+				      "\xE2\x82\xAC",
+				      "\xF0\x9F\x98\x80",
+				      "+" };
 
 struct rt_field {
 	char data[RT_MAX_FIELD * 4 + 1];
@@ -433,8 +447,8 @@ static void random_round_trip(void **state)
 
 			f->len = 0;
 			for (uint32_t j = 0; j < k; j++) {
-				const char *pc = pieces[rnd(&seed) % (sizeof(pieces) /
-								       sizeof(pieces[0]))];
+				const char *pc =
+					pieces[rnd(&seed) % (sizeof(pieces) / sizeof(pieces[0]))];
 
 				memcpy(f->data + f->len, pc, strlen(pc));
 				f->len += (uint32_t)strlen(pc);

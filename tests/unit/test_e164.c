@@ -62,8 +62,12 @@ static void refused_forms(void **state)
 	bad("+14155550100;ext=1", E164_BAD_CHAR);
 	bad("+1415555#0100", E164_BAD_CHAR);
 	bad("++14155550100", E164_BAD_CHAR);
-	bad("+1\xC2\xA0" "4155550100", E164_BAD_CHAR);	/* no-break space */
-	bad("+1\xE2\x80\x93" "4155550100", E164_BAD_CHAR); /* en dash */
+	bad("+1\xC2\xA0"
+	    "4155550100",
+	    E164_BAD_CHAR); /* no-break space */
+	bad("+1\xE2\x80\x93"
+	    "4155550100",
+	    E164_BAD_CHAR); /* en dash */
 	bad("+1  415 555 0100", E164_BAD_SEPARATOR);
 	bad("+1 -415", E164_BAD_SEPARATOR);
 	bad("+ 14155550100", E164_BAD_SEPARATOR);
@@ -104,7 +108,10 @@ static void arguments(void **state)
 	/* Length is the caller's: bytes after len are not read, a NUL inside is refused. */
 	assert_int_equal(e164_normalise("+14155550100999", 12, out, sizeof(out), &f), 0);
 	assert_string_equal(out, "+14155550100");
-	assert_int_equal(e164_normalise("+1415\0" "5550100", 13, out, sizeof(out), &f), -EINVAL);
+	assert_int_equal(e164_normalise("+1415\0"
+					"5550100",
+					13, out, sizeof(out), &f),
+			 -EINVAL);
 	assert_int_equal(f, E164_BAD_CHAR);
 	assert_int_equal(e164_normalise("+14155550100", 12, small, sizeof(small), &f), -ENOBUFS);
 	assert_int_equal(e164_normalise(NULL, 1, out, sizeof(out), &f), -EFAULT);
