@@ -178,11 +178,14 @@ static int field_start(struct csv_parser *p, uint8_t c)
 	if (c == ',')
 		return comma(p);
 	if (c == '"') {
+		rc = take(p);
+		if (rc)
+			return rc;
 		p->field[p->n_fields - 1].quoted = true;
 		p->open_line = p->line;
 		p->open_offset = p->offset;
 		p->state = CSV_QUOTED;
-		return take(p);
+		return 0;
 	}
 	p->state = CSV_UNQUOTED;
 	return content(p, c);

@@ -251,6 +251,10 @@ static void limits_at_below_above(void **state)
 	csv_error_message(&e, msg, sizeof(msg));
 	assert_string_equal(msg, "row 2 (line 3), field 1: field longer than 5 bytes (inside a "
 				 "quoted field: is its closing quote missing?)");
+	/* A record that reaches its limit at an opening quote is not "inside" one. */
+	assert_int_equal(parse(&tight, "h\nabcde,abcde,\"x\"\n", &s, &e), -EBADMSG);
+	csv_error_message(&e, msg, sizeof(msg));
+	assert_string_equal(msg, "row 2, field 3: row longer than 12 bytes");
 	assert_int_equal(parse(&tight, "h\na,b,c,d\n", &s, &e), -EBADMSG);
 	csv_error_message(&e, msg, sizeof(msg));
 	assert_string_equal(msg, "row 2, field 4: more than 3 fields");
