@@ -163,7 +163,8 @@ static void create_list_change_revoke(void **state)
 	ok(&r);
 	assert_string_equal(r.out, "org_acme\n");
 	expect(c,
-	       "SELECT concat_ws(',', name, org_limit, per_agent_limit, rate_calls_per_minute, plan,"
+	       "SELECT concat_ws(',', name, org_limit, per_agent_limit, rate_calls_per_minute, "
+	       "plan,"
 	       " rate_limit_tier, concurrency_management_enabled) FROM organisations"
 	       " WHERE id = 'org_acme'",
 	       "Acme Calls,20,10,700,growth,growth,t");
@@ -177,8 +178,8 @@ static void create_list_change_revoke(void **state)
 	assert_memory_equal(r.out, "agent_", 6);
 
 	ADMIN(&r, "campaign", "create", "--org", "org_acme", "--agent", "agent_one", "--id",
-	      "cmp_spring", "--ceiling", "5", "--retry-max-attempts", "4",
-	      "--retry-delay-seconds", "60");
+	      "cmp_spring", "--ceiling", "5", "--retry-max-attempts", "4", "--retry-delay-seconds",
+	      "60");
 	ok(&r);
 	assert_string_equal(r.out, "cmp_spring\n");
 	expect(c,
@@ -252,8 +253,8 @@ static void create_list_change_revoke(void **state)
 	/* The rate buckets are read per request, not installed in the gate: no bump. */
 	ADMIN(&r, "org", "set", "--org", "org_acme", "--rate-default", "1200");
 	ok(&r);
-	snprintf(want, sizeof(want), "organisation org_acme: limits_version %lld -> %lld\n",
-		 v0 + 2, v0 + 2);
+	snprintf(want, sizeof(want), "organisation org_acme: limits_version %lld -> %lld\n", v0 + 2,
+		 v0 + 2);
 	assert_string_equal(r.out, want);
 	/* A campaign's ceiling feeds the gate: its organisation's version moves. */
 	ADMIN(&r, "campaign", "set", "--campaign", "cmp_spring", "--ceiling", "none");
@@ -262,8 +263,9 @@ static void create_list_change_revoke(void **state)
 		 "campaign cmp_spring: organisation org_acme limits_version %lld -> %lld\n", v0 + 2,
 		 v0 + 3);
 	assert_string_equal(r.out, want);
-	expect(c, "SELECT coalesce(max_concurrent_calls::text, 'NULL') FROM campaigns WHERE id ="
-		  " 'cmp_spring'",
+	expect(c,
+	       "SELECT coalesce(max_concurrent_calls::text, 'NULL') FROM campaigns WHERE id ="
+	       " 'cmp_spring'",
 	       "NULL");
 
 	/* Revoked, once; a second revoke changes nothing. */
@@ -463,9 +465,9 @@ static void bad_input_is_refused_and_writes_nothing(void **state)
 static void help_lists_every_subcommand(void **state)
 {
 	struct run r;
-	const char *words[] = { "org create",	   "org list",	    "org set",	    "agent create",
-				"agent list",	   "campaign create", "campaign list", "campaign set",
-				"key create",	   "key list",	    "key revoke" };
+	const char *words[] = { "org create", "org list",	 "org set",	  "agent create",
+				"agent list", "campaign create", "campaign list", "campaign set",
+				"key create", "key list",	 "key revoke" };
 
 	(void)state;
 	ADMIN(&r, "--help");
