@@ -96,6 +96,8 @@ static int cmp_i64(const void *a, const void *b)
 /* A row returned: [0] contact id, [1] its token. */
 static const int64_t *returned(const int64_t *rows, int n, int64_t contact)
 {
+	if (!rows || n <= 0) /* bsearch's array must not be NULL, even for 0 elements */
+		return NULL;
 	return bsearch(&contact, rows, (size_t)n, 2 * sizeof(int64_t), cmp_i64);
 }
 
