@@ -3,6 +3,7 @@
 #include "events.h"
 
 #include "error.h"
+#include "json_strict.h"
 #include "gate_pg_int.h" /* pgarr, gate_pg_uuid_ok */
 #include "list.h"
 #include "log.h"
@@ -11,7 +12,6 @@
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -252,22 +252,29 @@ static bool printable(const char *s, size_t max)
 	return n > 0;
 }
 
-/* Fills r from the body. Returns NULL or the message of a 400. */
-static const char *parse(struct evreq *r, const char *body, size_t len)
+/* Fills r from the body, parsed strictly (common/json_strict.h: trailing bytes, a NUL or
+ * control character in a string, a key twice, a non-integer sequence are refused). Returns NULL
+ * or the message of a 400: a constant, or err (errlen bytes) when it names a byte or field. */
+static const char *parse(struct evreq *r, const char *body, size_t len, char *err, size_t errlen)
 {
-	cJSON *j = cJSON_ParseWithLength(body, len);
+	char jerr[JSON_STRICT_ERR];
+	cJSON *j = json_strict_parse(body, len, jerr, sizeof(jerr));
 	const char *msg = NULL, *key, *pcid, *status, *when;
-	const cJSON *seq, *occ;
+	const cJSON *occ;
+	int64_t seq;
 	size_t i;
 
-	if (!j || !cJSON_IsObject(j)) {
+	if (!j) {
+		snprintf(err, errlen, "the body is not a JSON object: %s", jerr);
+		return err;
+	}
+	if (!cJSON_IsObject(j)) {
 		msg = "the body is not a JSON object";
 		goto out;
 	}
 	key = str_field(j, "idempotency_key");
 	pcid = str_field(j, "call_id");
 	status = str_field(j, "status");
-	seq = cJSON_GetObjectItemCaseSensitive(j, "sequence");
 	occ = cJSON_GetObjectItemCaseSensitive(j, "occurred_at");
 	if (!gate_pg_uuid_ok(key)) {
 		msg = "idempotency_key must be the call id (a uuid)";
@@ -281,9 +288,8 @@ static const char *parse(struct evreq *r, const char *body, size_t len)
 		msg = "status is missing";
 		goto out;
 	}
-	if (!cJSON_IsNumber(seq) || seq->valuedouble < 0 || seq->valuedouble > INT32_MAX ||
-	    floor(seq->valuedouble) != seq->valuedouble) {
-		msg = "sequence must be an integer from 0 to 2147483647";
+	if (json_strict_int(j, "sequence", 0, INT32_MAX, &seq, err, errlen)) {
+		msg = err;
 		goto out;
 	}
 	if (occ && !cJSON_IsNull(occ)) {
@@ -310,7 +316,7 @@ static const char *parse(struct evreq *r, const char *body, size_t len)
 	for (i = 0; i < UUID_SZ; i++)
 		r->call[i] = (char)tolower((unsigned char)key[i]);
 	snprintf(r->pcid, sizeof(r->pcid), "%s", pcid);
-	r->seq = (int32_t)seq->valuedouble;
+	r->seq = (int32_t)seq;
 out:
 	cJSON_Delete(j);
 	return msg;
@@ -392,6 +398,7 @@ void events_handler(struct http_request *req, void *data)
 	int64_t now = ev->now_s ? ev->now_s() : (int64_t)time(NULL);
 	struct evreq *r;
 	const char *msg;
+	char err[JSON_STRICT_ERR + 32];
 	int rc;
 
 	ev->stats.received++;
@@ -415,7 +422,7 @@ void events_handler(struct http_request *req, void *data)
 		http_respond_error(req, 503, "unavailable", "out of memory; send it again");
 		return;
 	}
-	msg = parse(r, body, len);
+	msg = parse(r, body, len, err, sizeof(err));
 	if (msg) {
 		ev->stats.bad++;
 		http_respond_error(req, 400, "bad_request", msg);

@@ -156,6 +156,65 @@ static void bad_body_400(void **state)
 	wenv_close(&w);
 }
 
+/* Posts body signed now; returns the status and copies the answer's body into out. */
+static int post_answer(struct wenv *w, const char *body, char *out, size_t size)
+{
+	struct wpost p;
+
+	wenv_post_async(w, body, NULL, &p);
+	fixture_run_until_count(&w->ge.loop, &p.done, 1, 60000);
+	snprintf(out, size, "%s", p.body);
+	return p.status;
+}
+
+/* Strict JSON (common/json_strict.h, issue 10 item 9): bytes after the object, a key twice
+ * (cJSON alone takes the first: "completed" would end the call), a NUL inside a string (cJSON
+ * alone cuts the key at the uuid) and a fractional sequence are each a 400 whose message names
+ * the byte or the field; nothing is written. */
+static void strict_json_400(void **state)
+{
+	struct wenv w;
+	char id[37], b[128], ans[256];
+	char trail[512], dup[512], nul[512], frac[512], want[64];
+	long long k = gp_contact(admin, "ej", 0, 0);
+
+	(void)state;
+	wenv_open(&w, &svc, NULL);
+	gp_uuid(id, 3002);
+	wenv_call(&w, admin, "ej", id, k);
+	snprintf(trail, sizeof(trail),
+		 "{\"call_id\":\"pc\",\"idempotency_key\":\"%s\",\"status\":\"completed\","
+		 "\"sequence\":1}xyz",
+		 id);
+	snprintf(dup, sizeof(dup),
+		 "{\"call_id\":\"pc\",\"idempotency_key\":\"%s\",\"status\":\"completed\","
+		 "\"status\":\"ringing\",\"sequence\":1}",
+		 id);
+	snprintf(nul, sizeof(nul),
+		 "{\"call_id\":\"pc\",\"idempotency_key\":\"%s\\u0000x\",\"status\":"
+		 "\"completed\",\"sequence\":1}",
+		 id);
+	snprintf(frac, sizeof(frac),
+		 "{\"call_id\":\"pc\",\"idempotency_key\":\"%s\",\"status\":\"completed\","
+		 "\"sequence\":1.5}",
+		 id);
+	assert_int_equal(post_answer(&w, trail, ans, sizeof(ans)), 400);
+	snprintf(want, sizeof(want), "trailing bytes after the JSON value at byte %zu",
+		 strlen(trail) - 3);
+	assert_non_null(strstr(ans, want));
+	assert_int_equal(post_answer(&w, dup, ans, sizeof(ans)), 400);
+	assert_non_null(strstr(ans, "field status appears twice"));
+	assert_int_equal(post_answer(&w, nul, ans, sizeof(ans)), 400);
+	assert_non_null(strstr(ans, "a NUL (\\\\u0000) inside a string at byte"));
+	assert_int_equal(post_answer(&w, frac, ans, sizeof(ans)), 400);
+	assert_non_null(strstr(ans, "field sequence must be an integer from 0 to 2147483647"));
+	assert_int_equal(events_rows(id), 0);
+	assert_string_equal(call_col(b, id, "state"), "dialing");
+	assert_string_equal(call_col(b, id, "provider_call_id"), "");
+	assert_int_equal(wenv_running(&w, "ej"), 1);
+	wenv_close(&w);
+}
+
 /* The terminal event three times (two in one turn, one later): one end, one release; the
  * contact done with one attempt; one event row. */
 static void duplicate_terminal_releases_once(void **state)
@@ -389,8 +448,8 @@ static void dispositions(void **state)
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0" };
-	static const char *const orgs[] = { "ea", "eb", "ec", "ed", "ee",
-					    "ef", "eg", "eh", "ei", NULL };
+	static const char *const orgs[] = { "ea", "eb", "ec", "ed", "ee", "ef",
+					    "eg", "eh", "ei", "ej", NULL };
 
 	(void)state;
 	fixture_start(&svc, true, true, false, true);
@@ -424,6 +483,7 @@ int main(void)
 		cmocka_unit_test(signed_event_accepted),
 		cmocka_unit_test(bad_signature_401),
 		cmocka_unit_test(bad_body_400),
+		cmocka_unit_test(strict_json_400),
 		cmocka_unit_test(duplicate_terminal_releases_once),
 		cmocka_unit_test(terminal_before_answered),
 		cmocka_unit_test(early_and_unknown),
