@@ -4,6 +4,7 @@
 #include "backoff.h"
 #include "call_end.h"
 #include "claim.h"
+#include "embedded_file.h"
 #include "error.h"
 #include "events.h"
 #include "gate.h"
@@ -30,6 +31,13 @@
 #include <string.h>
 
 #define RETENTION_PERIOD_S 3600 /* default period of the retention pass */
+
+/* The migrations compiled into this binary (dispatcher/migrate.c, migrations_embedded.c). */
+extern const struct embedded_file embedded_migrations[];
+extern const size_t embedded_migrations_count;
+
+/* Whether every migration compiled in is recorded in schema_migrations (/readyz). */
+enum schema_state { SCHEMA_UNKNOWN = 0, SCHEMA_CURRENT, SCHEMA_BEHIND };
 
 struct worker {
 	uv_loop_t *loop;
@@ -68,6 +76,10 @@ struct worker {
 	void *dial_hook_data;
 	struct list_node end_retries; /* dial_end_ctx waiting to re-submit a failed end */
 	struct select_stats sel_st;   /* the selector's counts when it was closed (exit line) */
+	enum schema_state schema;     /* as last read (schema_read()); unknown while none is up */
+	bool schema_reading;	      /* a read in flight */
+	bool schema_again;	      /* a connection came up during it: read once more after */
+	char *schema_names;	      /* the compiled-in file names as a text[] literal */
 	struct events_stats ev_st;    /* the events module's, likewise */
 };
 
@@ -91,14 +103,101 @@ static void on_sub_state(struct redis_sub *sub, bool up, void *data)
 		handoff_resubscribed(w->handoff);
 }
 
+/* ---- schema currency (/readyz): read when a connection comes up, never on a request ---- */
+
+static void schema_read(struct worker *w);
+
+static void schema_done(int status, const struct pg_results *r, void *data)
+{
+	struct worker *w = data;
+	const char *state = r->error ? PQresultErrorField(r->error, PG_DIAG_SQLSTATE) : NULL;
+
+	w->schema_reading = false;
+	if (status == -ECANCELED)
+		return; /* closing */
+	if (status == 0 && r->n == 1 && PQntuples(r->res[0]) == 1) {
+		long long n = strtoll(PQgetvalue(r->res[0], 0, 0), NULL, 10);
+		w->schema =
+			n == (long long)embedded_migrations_count ? SCHEMA_CURRENT : SCHEMA_BEHIND;
+		if (w->schema == SCHEMA_BEHIND)
+			log_warn(LOG_PG,
+				 "schema behind: %lld of the %zu migrations of this build applied; "
+				 "run `dispatcher migrate` (/readyz answers 503 until then)",
+				 n, embedded_migrations_count);
+	} else if (state && strcmp(state, "42P01") == 0) {
+		w->schema = SCHEMA_BEHIND; /* no schema_migrations table: nothing applied */
+		log_warn(LOG_PG, "schema behind: no schema_migrations table; run `dispatcher "
+				 "migrate` (/readyz answers 503 until then)");
+	} else {
+		w->schema = SCHEMA_UNKNOWN;
+		log_warn(LOG_PG,
+			 "cannot read schema_migrations (%s): /readyz answers 503 until a "
+			 "connection comes up again and the read succeeds",
+			 dsp_strerror(status));
+	}
+	if (w->schema_again && pg_pool_up_count(w->pool))
+		schema_read(w);
+}
+
+/* Counts the compiled-in migrations recorded in schema_migrations (by file name, as
+ * `dispatcher migrate` records them); one read at a time, repeated once if a connection came up
+ * during it. */
+static void schema_read(struct worker *w)
+{
+	const char *values[1] = { w->schema_names };
+	struct pg_query q = { .sql = "SELECT count(*) FROM schema_migrations"
+				     " WHERE name = ANY($1::text[])",
+			      .nparams = 1,
+			      .values = values };
+
+	if (w->schema_reading) {
+		w->schema_again = true;
+		return;
+	}
+	w->schema_again = false;
+	if (!w->schema_names || pg_pool_exec(w->pool, PG_LANE_NORMAL, &q, schema_done, w))
+		return; /* no connection up now: the next one up reads */
+	w->schema_reading = true;
+}
+
+/* {"0001_init.sql",...}: the names are NNNN_name.sql (migrate.c checks), quoted anyway. */
+static char *schema_names_literal(void)
+{
+	size_t len = 3;
+	char *s, *p;
+
+	for (size_t i = 0; i < embedded_migrations_count; i++)
+		len += 2 * strlen(embedded_migrations[i].name) + 3;
+	if (!(s = p = malloc(len)))
+		return NULL;
+	*p++ = '{';
+	for (size_t i = 0; i < embedded_migrations_count; i++) {
+		if (i)
+			*p++ = ',';
+		*p++ = '"';
+		for (const char *c = embedded_migrations[i].name; *c; c++) {
+			if (*c == '"' || *c == '\\')
+				*p++ = '\\';
+			*p++ = *c;
+		}
+		*p++ = '"';
+	}
+	*p++ = '}';
+	*p = '\0';
+	return s;
+}
+
 static void on_pg_state(struct pg_pool *pool, unsigned index, bool up, void *data)
 {
 	struct worker *w = data;
 
-	(void)pool;
 	(void)index;
 	if (up && w->mode)
 		gate_mode_pg_up(w->mode);
+	if (up)
+		schema_read(w);
+	else if (!pg_pool_up_count(pool))
+		w->schema = SCHEMA_UNKNOWN; /* re-read when one is up again */
 }
 
 static void on_mode_notify(const char *channel, const char *payload, void *data)
@@ -345,26 +444,37 @@ static void healthz(struct http_request *req, void *data)
 	http_respond(req, 200, "application/json", "{\"ok\":true}", 11);
 }
 
-static bool ready(const struct worker *w)
-{
-	struct gate_mode_state s;
+static const char *const schema_names[] = { "unknown", "current", "behind" };
 
-	if (w->draining || !pg_pool_up_count(w->pool))
-		return false;
-	gate_mode_get(w->mode, &s);
-	return s.usable && !s.switching;
-}
-
+/* Ready: not draining, a PostgreSQL connection up and the schema current. The gate mode is
+ * reported, never required: postgres mode, or a mode not usable yet, still dials (C11). */
 static void readyz(struct http_request *req, void *data)
 {
 	struct worker *w = data;
+	struct gate_mode_state s = { 0 };
+	bool pg = pg_pool_up_count(w->pool) > 0;
+	char body[512];
+	int len;
 
-	if (ready(w))
-		http_respond(req, 200, "application/json", "{\"ready\":true}", 14);
-	else
-		http_respond_error(req, 503, "not_ready",
-				   w->draining ? "draining"
-					       : "PostgreSQL down or the gate mode not usable yet");
+	if (w->mode)
+		gate_mode_get(w->mode, &s);
+	bool ok = !w->draining && pg && w->schema == SCHEMA_CURRENT;
+	len = snprintf(body, sizeof(body),
+		       "{\"ready\":%s,\"postgres\":\"%s\",\"schema\":\"%s\",\"gate_mode\":\"%s\","
+		       "\"gate_epoch\":%llu,\"gate_usable\":%s,\"draining\":%s",
+		       ok ? "true" : "false", pg ? "up" : "down", schema_names[w->schema],
+		       gate_mode_name(s.mode), (unsigned long long)s.epoch,
+		       s.usable && !s.switching ? "true" : "false", w->draining ? "true" : "false");
+	if (!ok)
+		len += snprintf(body + len, sizeof(body) - (size_t)len,
+				",\"error\":\"not_ready\",\"message\":\"%s\"",
+				w->draining ? "draining"
+				: !pg	    ? "no PostgreSQL connection is up"
+				: w->schema == SCHEMA_BEHIND
+					? "the schema is behind this build: run dispatcher migrate"
+					: "the schema has not been read yet");
+	len += snprintf(body + len, sizeof(body) - (size_t)len, "}");
+	http_respond(req, ok ? 200 : 503, "application/json", body, (size_t)len);
 }
 
 static void provider_events(struct http_request *req, void *data)
@@ -773,12 +883,17 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 	w->o = *o;
 	w->exit_code = 1;
 	w->dial_hook = dial_end_default;
+	if (!(w->schema_names = schema_names_literal())) {
+		free(w);
+		return -ENOMEM;
+	}
 	size_t ul = strlen(o->public_url);
 	while (ul && o->public_url[ul - 1] == '/')
 		ul--;
 	snprintf(w->callback, sizeof(w->callback), "%.*s/provider/events", (int)ul, o->public_url);
 	if ((rc = parse_listen(w))) {
 		log_error(LOG_MAIN, "DISPATCHER_LISTEN=%s: expected host:port", o->listen);
+		free(w->schema_names);
 		free(w);
 		return rc;
 	}
@@ -885,6 +1000,7 @@ void worker_free(struct worker *w)
 	gate_free(w->gate);
 	claim_free(w->claim);
 	redis_scripts_free(w->reg);
+	free(w->schema_names);
 	free(w);
 }
 

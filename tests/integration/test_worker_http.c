@@ -6,12 +6,17 @@
  * N sends the headers of a POST whose body never comes, and SIGTERM: the idle and the
  * half-received connections are closed at once and the worker exits 0 — where the body timeout
  * (30 s) used to outlast DISPATCHER_DRAIN_SECONDS (20 here: exit 1). No contact is seeded: the
- * dialer has nothing to do. */
+ * dialer has nothing to do.
+ *
+ * /readyz (issue 10 item 7): ready with PostgreSQL up and the schema current, the gate mode
+ * reported in the body; still 200 with Redis stopped (C11: the fleet dials on in postgres
+ * mode); 503 "behind" for a worker started on a database missing its last migration. */
 #include "fixture.h"
 #include "rawsock.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <libpq-fe.h>
 #include <netinet/in.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -53,6 +58,11 @@ static pid_t spawn_worker(void)
 {
 	char *args[] = { "run", NULL };
 	int saved = dup(STDERR_FILENO);
+
+	if (log_path[strlen(log_path) - 1] != 'X') { /* a worker before this one */
+		unlink(log_path);
+		strcpy(log_path, "/tmp/dsp-worker-http-XXXXXX");
+	}
 	int lf = mkstemp(log_path);
 
 	assert_true(saved >= 0 && lf >= 0);
@@ -88,6 +98,155 @@ static long log_number(const char *text, const char *after)
 
 	assert_non_null(p);
 	return strtol(p + strlen(after), NULL, 10);
+}
+
+/* GET /readyz on a fresh connection: the status, the body in *body (caller frees); 0 when the
+ * worker does not answer (not listening yet). */
+static int readyz_get(int port, char **body)
+{
+	struct raw_response r;
+	int fd = raw_connect(port, WAIT_MS);
+	int status = 0;
+
+	*body = NULL;
+	if (fd < 0)
+		return 0;
+	raw_send_str(fd, "GET /readyz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+	if (raw_read_response(fd, &r) == 0) {
+		status = r.status;
+		*body = strdup(r.body);
+		raw_response_free(&r);
+	}
+	close(fd);
+	return status;
+}
+
+/* Polls /readyz until its body holds want; returns the status (the body in *body). */
+static int readyz_until(int port, const char *want, char **body)
+{
+	long long deadline = fixture_now_ms() + WAIT_MS;
+
+	for (;;) {
+		int st = readyz_get(port, body);
+		if (st && strstr(*body, want))
+			return st;
+		free(*body);
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(50);
+	}
+}
+
+static void readyz_env(int port)
+{
+	char env[64];
+
+	setenv("PROVIDER_URL", "http://127.0.0.1:9", 1); /* nothing to dial */
+	setenv("PROVIDER_WEBHOOK_SECRET", "secret", 1);
+	snprintf(env, sizeof(env), "127.0.0.1:%d", port);
+	setenv("DISPATCHER_LISTEN", env, 1);
+	setenv("DISPATCHER_LOG_LEVEL", "info", 1);
+	setenv("DISPATCHER_WORKER_ID", "wh", 1);
+	setenv("DISPATCHER_DRAIN_SECONDS", "20", 1);
+}
+
+static void stop_worker(void)
+{
+	kill(worker_pid, SIGTERM);
+	assert_int_equal(fixture_wait(worker_pid), 0);
+	worker_pid = 0;
+}
+
+static void sql(PGconn *db, const char *q)
+{
+	PGresult *res = PQexec(db, q);
+
+	if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK)
+		fail_msg("%s: %s", q, PQerrorMessage(db));
+	PQclear(res);
+}
+
+/* Ready with every field; Redis stopped: every answer still 200 while the gate goes to
+ * postgres mode (reported), then Redis back. */
+static void readyz_fields_and_redis_down(void **state)
+{
+	int port = free_port();
+	char *body;
+
+	(void)state;
+	readyz_env(port);
+	worker_pid = spawn_worker();
+	assert_int_equal(readyz_until(port, "\"ready\":true", &body), 200);
+	print_message("ready: %s\n", body);
+	assert_non_null(strstr(body, "\"postgres\":\"up\""));
+	assert_non_null(strstr(body, "\"schema\":\"current\""));
+	assert_non_null(strstr(body, "\"gate_mode\":\""));
+	assert_non_null(strstr(body, "\"gate_epoch\":"));
+	assert_non_null(strstr(body, "\"gate_usable\":"));
+	assert_non_null(strstr(body, "\"draining\":false"));
+	assert_null(strstr(body, "\"error\""));
+	free(body);
+	/* A fresh install starts in postgres mode; the reconciler's way back brings redis mode. */
+	assert_int_equal(readyz_until(port, "\"gate_mode\":\"redis\"", &body), 200);
+	print_message("redis mode: %s\n", body);
+	free(body);
+
+	/* Redis gone (in redis mode): the gate mode changes, readiness does not (each answer checked). */
+	assert_int_equal(embedded_redis_stop(&svc), 0);
+	long long deadline = fixture_now_ms() + WAIT_MS;
+	for (;;) {
+		int st = readyz_get(port, &body);
+		assert_int_equal(st, 200);
+		assert_non_null(strstr(body, "\"ready\":true"));
+		if (strstr(body, "\"gate_mode\":\"postgres\""))
+			break;
+		free(body);
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(50);
+	}
+	print_message("redis down: %s\n", body);
+	free(body);
+	assert_int_equal(embedded_redis_start(&svc), 0);
+	stop_worker();
+}
+
+/* The database loses this build's last migration under a running worker (the start-up check
+ * refuses to start one on it): its connections, cut, come back and read the schema again —
+ * 503 "behind" with the same fields; the row back and the connections cut again: 200. */
+static void readyz_schema_behind(void **state)
+{
+	static const char cut[] = "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+				  " WHERE pid <> pg_backend_pid() AND datname = current_database()";
+	PGconn *db = PQconnectdb(svc.database_url);
+	int port = free_port();
+	char *body;
+
+	(void)state;
+	assert_int_equal(PQstatus(db), CONNECTION_OK);
+	readyz_env(port);
+	worker_pid = spawn_worker();
+	assert_int_equal(readyz_until(port, "\"ready\":true", &body), 200);
+	free(body);
+	sql(db, "CREATE TABLE sm_saved AS SELECT * FROM schema_migrations"
+		" WHERE version = (SELECT max(version) FROM schema_migrations)");
+	sql(db, "DELETE FROM schema_migrations WHERE version IN (SELECT version FROM sm_saved)");
+	sql(db, cut);
+	int st = readyz_until(port, "\"schema\":\"behind\"", &body);
+	print_message("behind: %d %s\n", st, body);
+	assert_int_equal(st, 503);
+	assert_non_null(strstr(body, "\"ready\":false"));
+	assert_non_null(strstr(body, "\"postgres\":\"up\""));
+	assert_non_null(strstr(body, "\"gate_mode\":"));
+	assert_non_null(strstr(body, "\"gate_epoch\":"));
+	assert_non_null(strstr(body, "\"draining\":false"));
+	assert_non_null(strstr(body, "\"error\":\"not_ready\""));
+	free(body);
+	sql(db, "INSERT INTO schema_migrations SELECT * FROM sm_saved");
+	sql(db, "DROP TABLE sm_saved");
+	sql(db, cut);
+	assert_int_equal(readyz_until(port, "\"schema\":\"current\"", &body), 200);
+	free(body);
+	PQfinish(db);
+	stop_worker();
 }
 
 static void cap_503_and_drain(void **state)
@@ -176,6 +335,8 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(readyz_fields_and_redis_down),
+		cmocka_unit_test(readyz_schema_behind),
 		cmocka_unit_test(cap_503_and_drain),
 	};
 
