@@ -103,6 +103,10 @@ const struct config_setting settings_table[] = {
 	  OFF(http_max_connections),
 	  "Open connections of the HTTP server (capped under the file-descriptor limit); beyond "
 	  "it: 503." },
+	{ "DISPATCHER_ROLE", CONFIG_ENUM, 0, 0, "all", "all|api|worker", NULL, false, OFF(role),
+	  "What `dispatcher run` does: all = serve the API and dispatch batches; api = serve the "
+	  "API only (no batch contact is claimed); worker = dispatch only (no /v2 or /api routes). "
+	  "Every role accepts provider events; the process that accepts a direct dial places it." },
 };
 
 const size_t settings_table_len = sizeof(settings_table) / sizeof(settings_table[0]);

@@ -39,6 +39,7 @@ struct settings {
 	long long floor_ttl_s;	       /* installed floors expire after this */
 	long long reconcile_s;	       /* the reconciler's period */
 	long long http_max_connections; /* open connections of the HTTP server; beyond: 503 */
+	int role;			/* enum worker_role: 0 all, 1 api, 2 worker */
 };
 
 extern const struct config_setting settings_table[];

@@ -86,6 +86,7 @@ int run_main(const struct settings *s)
 		.reconnect_min_ms = (uint64_t)s->reconnect_min_ms,
 		.reconnect_max_ms = (uint64_t)s->reconnect_max_ms,
 		.http_max_connections = (unsigned)s->http_max_connections,
+		.role = (enum worker_role)s->role,
 		.lease_sweep_s = (uint64_t)s->lease_sweep_s,
 		.call_sweep_s = (uint64_t)s->call_sweep_s,
 		.max_call_s = (uint64_t)s->max_call_s,

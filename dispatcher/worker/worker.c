@@ -1,6 +1,7 @@
 /* The worker process: wiring, readiness, drain (worker.h). */
 #include "worker.h"
 
+#include "api.h"
 #include "backoff.h"
 #include "call_end.h"
 #include "claim.h"
@@ -63,6 +64,7 @@ struct worker {
 	struct events *ev;     /* POST /provider/events */
 	struct sweep *sweep;   /* lease sweeper, maximum-duration sweep, retention */
 	struct http_server *http;
+	struct api *api;      /* the /v2 and /api routes; NULL in role worker */
 	uv_timer_t end_timer; /* closes call_end once the turn's requests are flushed */
 	unsigned parts;	      /* events / sweep closes not answered yet */
 	bool final;	      /* close_all() ran: close call_end once parts is 0 */
@@ -905,6 +907,17 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 		return rc;
 	}
 	*out = w;
+	/* --- the API (issue 10): dispatcher/api/api.h --- */
+	if (o->role != WORKER_ROLE_WORKER) {
+		struct api_options ao = { .loop = w->loop,
+					  .pool = w->pool,
+					  .gate = w->gate,
+					  .conn = w->conn,
+					  .reg = w->reg };
+		if ((rc = api_new(&ao, &w->api)))
+			return rc;
+	}
+	/* --- end the API --- */
 	return 0;
 }
 
@@ -931,13 +944,20 @@ int worker_start(struct worker *w)
 	hc.reuseport = true;
 	if (w->o.http_max_connections)
 		hc.max_connections = w->o.http_max_connections;
-	const struct http_route routes[] = {
+	struct http_route routes[64] = {
 		{ "GET", "/healthz", 0, healthz, w },
 		{ "GET", "/readyz", 0, readyz, w },
 		{ "POST", EVENTS_PATH, EVENTS_BODY_MAX, provider_events, w },
 	};
-	if ((rc = http_server_new(w->loop, &hc, routes, sizeof(routes) / sizeof(routes[0]),
-				  &w->http))) {
+	size_t nroutes = 3;
+	if (w->api) {
+		size_t n = api_routes(w->api, routes + nroutes,
+				      sizeof(routes) / sizeof(routes[0]) - nroutes);
+		if (nroutes + n > sizeof(routes) / sizeof(routes[0]))
+			return -ENOMEM; /* a build with more routes than the array: caught by the tests */
+		nroutes += n;
+	}
+	if ((rc = http_server_new(w->loop, &hc, routes, nroutes, &w->http))) {
 		log_error(LOG_MAIN, "DISPATCHER_LISTEN=%s: cannot listen: %s", w->o.listen,
 			  uv_strerror(rc));
 		return rc;
@@ -954,7 +974,7 @@ int worker_start(struct worker *w)
 	if ((rc = pg_pool_start(w->pool)) || (rc = redis_conn_start(w->conn)) ||
 	    (rc = redis_sub_start(w->sub)) || (rc = gate_mode_start(w->mode)) ||
 	    (rc = refresher_start(w->refresher)) || (rc = reconciler_start(w->reconciler)) ||
-	    (rc = select_start(w->sel)))
+	    (w->o.role != WORKER_ROLE_API && (rc = select_start(w->sel))))
 		return rc;
 	sweep_start(w->sweep);
 	log_info(LOG_MAIN, "worker %s listening on %s:%d (callback %s)", w->o.worker_id, w->host,
@@ -999,6 +1019,7 @@ void worker_free(struct worker *w)
 	gate_pg_free(w->gpg);
 	gate_free(w->gate);
 	claim_free(w->claim);
+	api_free(w->api);
 	redis_scripts_free(w->reg);
 	free(w->schema_names);
 	free(w);

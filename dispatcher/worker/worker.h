@@ -47,6 +47,13 @@ typedef void (*worker_events_handler)(struct worker *w, struct http_request *req
  * Default: worker_dial_end() into the worker's call_end. */
 typedef void (*worker_dial_hook)(struct worker *w, const struct dial_result *r, void *data);
 
+/* DISPATCHER_ROLE, in the order of its choices. */
+enum worker_role {
+	WORKER_ROLE_ALL = 0,	/* the API and batch dispatch */
+	WORKER_ROLE_API = 1,	/* the API only: no claim loop */
+	WORKER_ROLE_WORKER = 2, /* batch dispatch only: no API routes */
+};
+
 struct worker_options {
 	const char *database_url, *redis_url;
 	const char *listen;	  /* host:port */
@@ -63,6 +70,7 @@ struct worker_options {
 	uint64_t redis_connect_timeout_ms, redis_command_timeout_ms;
 	uint64_t reconnect_min_ms, reconnect_max_ms;
 	unsigned http_max_connections;
+	enum worker_role role;
 	unsigned pg_pool_size; /* 0: 4 */
 	/* The periodic jobs (sweep.h); 0 means the sweep's default. */
 	uint64_t lease_sweep_s;	     /* lease sweeper period [5] */

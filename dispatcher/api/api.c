@@ -1,0 +1,415 @@
+/* The API's front: route table, key authentication and cache, rate limit, answers (api.h). */
+#include "api_int.h"
+
+#include "error.h"
+#include "log.h"
+#include "pg_pool.h"
+#include "strmap.h"
+
+#include <libpq-fe.h>
+#include <openssl/crypto.h> /* OPENSSL_cleanse */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define KEY_CACHE_MS_DEFAULT 2000
+#define KEY_CACHE_MAX	     4096 /* entries; past it the expired ones go, then all */
+
+/* The one 401 body: a missing, malformed, unknown or revoked key all read the same (R4). */
+#define UNAUTHORIZED_MESSAGE                                                                 \
+	"A valid API key is required: send Authorization: Bearer gat_... with an active key of " \
+	"your organisation."
+
+/* Columns: 0 key id, 1 key name, 2 preview, 3 key_hash (hex), 4 org id, 5 org name, 6 org_limit,
+ * 7 per_agent_limit (0: unset), 8 enforced, 9 rate default, 10 rate calls, 11 rate executions,
+ * 12 pending ceiling, 13 plan, 14 rate_limit_tier, 15 global_limit. */
+static const char SQL_KEY[] =
+	"SELECT k.id, k.name, k.key_preview, encode(k.key_hash, 'hex'), o.id, o.name, o.org_limit, "
+	"coalesce(o.per_agent_limit, 0), o.concurrency_management_enabled, "
+	"o.rate_default_per_minute, o.rate_calls_per_minute, o.rate_executions_per_minute, "
+	"o.pending_ceiling, o.plan, o.rate_limit_tier, s.global_limit "
+	"FROM api_keys k JOIN organisations o ON o.id = k.org_id CROSS JOIN system_settings s "
+	"WHERE k.key_hash = decode($1, 'hex') AND k.revoked_at IS NULL";
+
+struct binding {
+	struct api *api;
+	const struct api_route_def *def;
+};
+
+struct key_entry {
+	char hex[2 * APIKEY_HASH_LEN + 1]; /* the map's key */
+	uint64_t expires_ms;		   /* loop time */
+	struct api_key_info info;
+};
+
+struct api {
+	struct api_options o;
+	const struct pg_stmt *st_key;
+	struct binding *bindings;
+	size_t n_bindings;
+	struct strmap cache; /* hex hash -> struct key_entry */
+	struct api_stats stats;
+};
+
+static const struct {
+	const struct api_route_def *defs;
+	const size_t *n;
+} tables[] = {
+	{ api_routes_me, &api_routes_me_n },
+	{ api_routes_capacity, &api_routes_capacity_n },
+	{ api_routes_batches, &api_routes_batches_n },
+	{ api_routes_calls, &api_routes_calls_n },
+};
+
+/* ---- answers ---- */
+
+static void call_free(struct api_call *c)
+{
+	OPENSSL_cleanse(c->hash, sizeof(c->hash));
+	free(c);
+}
+
+static void limit_headers(struct api_call *c)
+{
+	char v[32];
+
+	if (!c->limit.limit)
+		return; /* no organisation known (401): no limit to show */
+	snprintf(v, sizeof(v), "%" PRIu32, c->limit.limit);
+	http_response_header(c->req, "X-RateLimit-Limit", v);
+	snprintf(v, sizeof(v), "%" PRIu32, c->limit.remaining);
+	http_response_header(c->req, "X-RateLimit-Remaining", v);
+	snprintf(v, sizeof(v), "%" PRIu32, c->limit.reset_s);
+	http_response_header(c->req, "X-RateLimit-Reset", v);
+}
+
+void api_json(struct api_call *c, int status, cJSON *body)
+{
+	char *text = body ? cJSON_PrintUnformatted(body) : NULL;
+
+	cJSON_Delete(body);
+	limit_headers(c);
+	if (!text)
+		http_respond_error(c->req, 500, "internal", "The answer could not be built.");
+	else
+		http_respond(c->req, status, "application/json", text, strlen(text));
+	free(text);
+	call_free(c);
+}
+
+void api_error(struct api_call *c, int status, const char *code, const char *message)
+{
+	limit_headers(c);
+	http_respond_error(c->req, status, code, message);
+	call_free(c);
+}
+
+void api_error_1300(struct api_call *c, unsigned retry_after_s, const char *message)
+{
+	cJSON *b = cJSON_CreateObject();
+	char v[16];
+
+	snprintf(v, sizeof(v), "%u", retry_after_s);
+	http_response_header(c->req, "Retry-After", v);
+	if (b && (!cJSON_AddNumberToObject(b, "error", 1300) ||
+		  !cJSON_AddStringToObject(b, "message", message))) {
+		cJSON_Delete(b);
+		b = NULL;
+	}
+	api_json(c, 429, b);
+}
+
+void api_not_found(struct api_call *c, const char *what, const char *id)
+{
+	char msg[256];
+
+	snprintf(msg, sizeof(msg), "No %s %.80s in your organisation.", what, id);
+	api_error(c, 404, "not_found", msg);
+}
+
+void api_db_error(struct api_call *c, int status, const char *what)
+{
+	log_warn(LOG_HTTP, "%s %s: %s failed: %s", http_request_method(c->req),
+		 http_request_path(c->req), what, dsp_strerror(status));
+	if (status == DSP_EPG) {
+		api_error(c, 500, "internal", "The database refused the request.");
+		return;
+	}
+	http_response_header(c->req, "Retry-After", "1");
+	api_error(c, 503, "unavailable", "The database cannot be reached now; retry shortly.");
+}
+
+void api_not_implemented(struct api_call *c)
+{
+	api_error(c, 501, "not_implemented", "This route is not served by this build yet.");
+}
+
+struct pg_pool *api_pool(const struct api *a)
+{
+	return a->o.pool;
+}
+
+struct gate *api_gate(const struct api *a)
+{
+	return a->o.gate;
+}
+
+const struct api_dialer *api_dialer(const struct api *a)
+{
+	return a->o.dialer;
+}
+
+uv_loop_t *api_loop(const struct api *a)
+{
+	return a->o.loop;
+}
+
+/* ---- rate limit (R1-R3) ---- */
+
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void admitted(struct api_call *c)
+{
+	if (!c->limit.allowed) {
+		char msg[160];
+
+		snprintf(msg, sizeof(msg),
+			 "Rate limit exceeded: %" PRIu32 " requests per minute for this "
+			 "organization. Retry in %" PRIu32 "s.",
+			 c->limit.limit, c->limit.retry_after_s);
+		api_error_1300(c, c->limit.retry_after_s, msg);
+		return;
+	}
+	c->route->handler(c);
+}
+
+/* The Redis limiter is not wired yet: every request is decided as R3's fail-open one. */
+static void limit_check(struct api_call *c)
+{
+	uint32_t limit = c->key.org.rate.per_minute[c->route->bucket];
+
+	ratelimit_fail_open(limit, wall_ms(), &c->limit);
+	admitted(c);
+}
+
+/* ---- keys (R4) ---- */
+
+static void unauthorized(struct api_call *c)
+{
+	c->api->stats.unauthorized++;
+	http_response_header(c->req, "WWW-Authenticate", "Bearer");
+	api_error(c, 401, "unauthorized", UNAUTHORIZED_MESSAGE);
+}
+
+static uint32_t col_u32(const PGresult *r, int col)
+{
+	unsigned long v = strtoul(PQgetvalue(r, 0, col), NULL, 10);
+
+	return v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+static void col_str(const PGresult *r, int col, char *out, size_t size)
+{
+	snprintf(out, size, "%s", PQgetvalue(r, 0, col));
+}
+
+static int hex_to_hash(const char *hex, unsigned char out[APIKEY_HASH_LEN])
+{
+	if (strlen(hex) != 2 * APIKEY_HASH_LEN)
+		return -EINVAL;
+	for (size_t i = 0; i < APIKEY_HASH_LEN; i++) {
+		unsigned v;
+
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+			return -EINVAL;
+		out[i] = (unsigned char)v;
+	}
+	return 0;
+}
+
+static void cache_clear(struct api *a)
+{
+	for (uint32_t i = 0; i < a->cache.cap; i++)
+		if (a->cache.slots[i].key)
+			free(a->cache.slots[i].value);
+	strmap_free(&a->cache);
+}
+
+static void cache_put(struct api *a, const struct api_call *c)
+{
+	struct key_entry *e;
+
+	if (a->cache.count >= KEY_CACHE_MAX)
+		cache_clear(a); /* bounded: at worst every key is looked up once more */
+	if (!(e = calloc(1, sizeof(*e))))
+		return;
+	memcpy(e->hex, c->hash_hex, sizeof(e->hex));
+	e->expires_ms = uv_now(a->o.loop) + a->o.key_cache_ms;
+	e->info = c->key;
+	if (strmap_put(&a->cache, e->hex, e))
+		free(e);
+}
+
+static void key_done(int status, const struct pg_results *r, void *data)
+{
+	struct api_call *c = data;
+	struct api *a = c->api;
+	unsigned char stored[APIKEY_HASH_LEN];
+
+	if (status) {
+		a->stats.unavailable++;
+		api_db_error(c, status, "the key lookup");
+		return;
+	}
+	const PGresult *res = r->res[0];
+	if (PQntuples(res) != 1 || hex_to_hash(PQgetvalue(res, 0, 3), stored) ||
+	    !apikey_hash_equal(stored, c->hash)) {
+		unauthorized(c);
+		return;
+	}
+	struct api_key_info *k = &c->key;
+	col_str(res, 0, k->id, sizeof(k->id));
+	col_str(res, 1, k->name, sizeof(k->name));
+	col_str(res, 2, k->preview, sizeof(k->preview));
+	col_str(res, 4, k->org.id, sizeof(k->org.id));
+	col_str(res, 5, k->org.name, sizeof(k->org.name));
+	k->org.org_limit = col_u32(res, 6);
+	k->org.per_agent_limit = col_u32(res, 7);
+	k->org.enforced = PQgetvalue(res, 0, 8)[0] == 't';
+	k->org.rate.per_minute[RATELIMIT_DEFAULT] = col_u32(res, 9);
+	k->org.rate.per_minute[RATELIMIT_CALLS_CREATE] = col_u32(res, 10);
+	k->org.rate.per_minute[RATELIMIT_EXECUTIONS_LIST] = col_u32(res, 11);
+	k->org.pending_ceiling = col_u32(res, 12);
+	col_str(res, 13, k->org.plan, sizeof(k->org.plan));
+	col_str(res, 14, k->org.rate_limit_tier, sizeof(k->org.rate_limit_tier));
+	k->org.global_limit = col_u32(res, 15);
+	cache_put(a, c);
+	limit_check(c);
+}
+
+static void authenticate(struct api_call *c)
+{
+	struct api *a = c->api;
+	const char *h = http_request_header(c->req, "Authorization");
+	const char *key;
+
+	if (apikey_parse_bearer(h, h ? strlen(h) : 0, &key) ||
+	    apikey_hash(key, APIKEY_LEN, c->hash)) {
+		unauthorized(c);
+		return;
+	}
+	for (size_t i = 0; i < APIKEY_HASH_LEN; i++)
+		snprintf(c->hash_hex + 2 * i, 3, "%02x", c->hash[i]);
+	struct key_entry *e = strmap_get(&a->cache, c->hash_hex);
+	/* The map compares hex SHA-256s, not keys: timing can only tell an attacker about hashes,
+	 * which do not lead back to a key. */
+	if (e && e->expires_ms > uv_now(a->o.loop)) {
+		a->stats.key_cache_hits++;
+		c->key = e->info;
+		limit_check(c);
+		return;
+	}
+	if (e) { /* expired: looked up again, so a revocation is seen */
+		strmap_del(&a->cache, e->hex);
+		free(e);
+	}
+	a->stats.key_lookups++;
+	const char *v[1] = { c->hash_hex };
+	struct pg_query q = { .stmt = a->st_key, .nparams = 1, .values = v };
+	int rc = pg_pool_exec(a->o.pool, PG_LANE_NORMAL, &q, key_done, c);
+	if (rc) {
+		a->stats.unavailable++;
+		api_db_error(c, rc, "the key lookup");
+	}
+}
+
+static void on_request(struct http_request *req, void *data)
+{
+	const struct binding *b = data;
+	struct api_call *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		http_respond_error(req, 503, "unavailable", "Out of memory; retry shortly.");
+		return;
+	}
+	c->api = b->api;
+	c->req = req;
+	c->route = b->def;
+	b->api->stats.requests++;
+	if (b->def->public_route) {
+		b->def->handler(c);
+		return;
+	}
+	authenticate(c);
+}
+
+/* ---- the API ---- */
+
+int api_new(const struct api_options *o, struct api **out)
+{
+	struct api *a;
+	size_t n = 0;
+	int rc;
+
+	if (!o || !o->loop || !o->pool || !out)
+		return -EINVAL;
+	if (!(a = calloc(1, sizeof(*a))))
+		return -ENOMEM;
+	a->o = *o;
+	if (!a->o.key_cache_ms)
+		a->o.key_cache_ms = KEY_CACHE_MS_DEFAULT;
+	strmap_init(&a->cache);
+	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
+		n += *tables[t].n;
+	if (!(a->bindings = calloc(n, sizeof(*a->bindings)))) {
+		free(a);
+		return -ENOMEM;
+	}
+	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
+		for (size_t i = 0; i < *tables[t].n; i++)
+			a->bindings[a->n_bindings++] = (struct binding){ a, &tables[t].defs[i] };
+	if ((rc = pg_pool_prepare(o->pool, SQL_KEY, 1, &a->st_key))) {
+		api_free(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+size_t api_routes(struct api *a, struct http_route *out, size_t cap)
+{
+	for (size_t i = 0; i < a->n_bindings && i < cap; i++) {
+		const struct api_route_def *d = a->bindings[i].def;
+
+		out[i] = (struct http_route){ .method = d->method,
+					      .pattern = d->pattern,
+					      .max_body = d->max_body,
+					      .handler = on_request,
+					      .data = &a->bindings[i] };
+	}
+	return a->n_bindings;
+}
+
+void api_get_stats(const struct api *a, struct api_stats *out)
+{
+	*out = a->stats;
+}
+
+void api_free(struct api *a)
+{
+	if (!a)
+		return;
+	cache_clear(a);
+	free(a->bindings);
+	free(a);
+}

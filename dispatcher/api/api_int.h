@@ -1,0 +1,99 @@
+/* What the route files (route_*.c) share with api.c: the authenticated request, the route
+ * definitions, and the one way to answer. Not for use outside dispatcher/api/. */
+#ifndef DSP_API_INT_H
+#define DSP_API_INT_H
+
+#include "api.h"
+#include "apikey.h"
+#include "ratelimit.h"
+
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define API_ID_SIZE 65 /* ids are ^[A-Za-z0-9_-]{1,64}$ (migration 0001) */
+
+/* The key's organisation, as the lookup read it (organisations + system_settings). */
+struct api_org {
+	char id[API_ID_SIZE];
+	char name[201];
+	uint32_t org_limit;
+	uint32_t per_agent_limit; /* 0: unset */
+	bool enforced;		  /* concurrency_management_enabled */
+	struct ratelimit_limits rate;
+	uint32_t pending_ceiling;
+	char plan[64];
+	char rate_limit_tier[64];
+	uint32_t global_limit; /* system_settings.global_limit */
+};
+
+/* The presented key (never the key itself: its id, name and preview). */
+struct api_key_info {
+	char id[API_ID_SIZE];
+	char name[201];
+	char preview[APIKEY_PREVIEW_SIZE];
+	struct api_org org;
+};
+
+struct api_route_def;
+
+/* One authenticated, admitted request. Valid until it is answered (api_json(), api_error(),
+ * api_respond()), which frees it. */
+struct api_call {
+	struct api *api;
+	struct http_request *req;
+	const struct api_route_def *route;
+	struct api_key_info key;
+	struct ratelimit_decision limit; /* the decision whose headers the answer carries */
+	unsigned char hash[APIKEY_HASH_LEN];
+	char hash_hex[2 * APIKEY_HASH_LEN + 1];
+};
+
+typedef void (*api_handler)(struct api_call *c);
+
+struct api_route_def {
+	const char *method;
+	const char *pattern;
+	size_t max_body;
+	bool stream;			 /* body streamed to the handler (common/http_server.h) */
+	bool public_route;		 /* no key needed (/openapi.json) */
+	enum ratelimit_bucket bucket;	 /* R1 */
+	api_handler handler;
+	const char *summary;		 /* one line, for the OpenAPI description */
+};
+
+/* The route tables, one per file. */
+extern const struct api_route_def api_routes_me[];
+extern const size_t api_routes_me_n;
+extern const struct api_route_def api_routes_capacity[];
+extern const size_t api_routes_capacity_n;
+extern const struct api_route_def api_routes_batches[];
+extern const size_t api_routes_batches_n;
+extern const struct api_route_def api_routes_calls[];
+extern const size_t api_routes_calls_n;
+
+/* What the handlers use of the API's dependencies. */
+struct pg_pool *api_pool(const struct api *a);
+struct gate *api_gate(const struct api *a);
+const struct api_dialer *api_dialer(const struct api *a);
+uv_loop_t *api_loop(const struct api *a);
+
+/* Answers body (consumed, may be NULL: then 500) as application/json with status, and frees
+ * c. */
+void api_json(struct api_call *c, int status, cJSON *body);
+/* Answers {"error":code,"message":message} with status, and frees c. */
+void api_error(struct api_call *c, int status, const char *code, const char *message);
+/* Answers {"error":1300,"message":message} (the source document's 429 bodies) with status
+ * 429 and Retry-After: retry_after_s, and frees c. */
+void api_error_1300(struct api_call *c, unsigned retry_after_s, const char *message);
+/* Answers {"error":"not_found",...} 404 naming what (e.g. "campaign cmp_x"), and frees c. */
+void api_not_found(struct api_call *c, const char *what, const char *id);
+/* The answer for a failed database statement: 503 with Retry-After: 1 when the database
+ * cannot be reached or timed out, else 500; logs it; frees c. */
+void api_db_error(struct api_call *c, int status, const char *what);
+
+/* A route served but not built yet: 501. */
+void api_not_implemented(struct api_call *c);
+
+#endif

@@ -1,0 +1,236 @@
+/* The API's front (issue 10 items 1 and 3): keys and tenants, GET /v2/user/me, the role option,
+ * against `dispatcher run` on a private PostgreSQL and Redis.
+ *
+ *  - unauthorized_same_body: no header, another scheme, a malformed key, an unknown key and a
+ *    revoked key all answer 401 with byte-identical bodies (and no X-RateLimit headers: no
+ *    organisation is known).
+ *  - user_me_fields: every field of the source document's example, from the organisation's
+ *    row, the key, the system row and the wallet; X-RateLimit-* on the answer.
+ *  - revoked_on_every_node: two workers answer a key (cached); once it is revoked both refuse
+ *    it within 5 s (measured; the cache holds a key 2 s).
+ *  - role_worker_has_no_api: DISPATCHER_ROLE=worker serves no /v2 route (404), role api does.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "api_test.h"
+
+static struct embedded svc;
+static struct api_worker w1, w2;
+static PGconn *db;
+
+static void unauthorized_same_body(void **state)
+{
+	char key[APIKEY_LEN + 1], unknown[APIKEY_LEN + 1], revoked[APIKEY_LEN + 1];
+	char kid[65];
+	struct raw_response r;
+	char *first = NULL;
+
+	(void)state;
+	api_make_org(db, "org-u", 5, "cmp-u", NULL);
+	api_make_key(db, "org-u", "good", key, NULL);
+	api_make_key(db, "org-u", "gone", revoked, kid);
+	PQclear(api_sql(db, "UPDATE api_keys SET revoked_at = now() WHERE id = '%s'", kid));
+	assert_int_equal(apikey_generate(unknown), 0);
+	api_worker_start(&w1, "api-u");
+
+	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+	raw_response_free(&r);
+
+	char bad_scheme[128], malformed[128];
+	snprintf(bad_scheme, sizeof(bad_scheme), "Authorization: Basic %s", key);
+	snprintf(malformed, sizeof(malformed), "Authorization: Bearer %.*sX", APIKEY_LEN - 1, key);
+	const char *cases[] = { NULL, bad_scheme, malformed, unknown, revoked,
+				"Authorization: Bearer", "Authorization: Bearer gat_" };
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char v[64];
+
+		assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", cases[i], NULL, NULL, &r),
+				 401);
+		assert_null(raw_header(&r, "X-RateLimit-Limit", v, sizeof(v)));
+		assert_non_null(raw_header(&r, "WWW-Authenticate", v, sizeof(v)));
+		if (!first)
+			first = strdup(r.body);
+		else
+			assert_string_equal(r.body, first);
+		raw_response_free(&r);
+	}
+	print_message("401 body: %s\n", first);
+	assert_non_null(strstr(first, "\"error\":\"unauthorized\""));
+	free(first);
+	/* Every API route refuses before its handler runs, whatever it is. */
+	assert_int_equal(api_request(w1.port, "GET", "/api/v1/campaigns/cmp-u/capacity", unknown,
+				     NULL, NULL, &r),
+			 401);
+	raw_response_free(&r);
+	assert_int_equal(api_request(w1.port, "GET", "/v2/batches", NULL, NULL, NULL, &r), 401);
+	raw_response_free(&r);
+	api_worker_stop(&w1);
+}
+
+static void user_me_fields(void **state)
+{
+	char key[APIKEY_LEN + 1], kid[65], prev[APIKEY_PREVIEW_SIZE], v[64];
+	struct raw_response r;
+
+	(void)state;
+	api_make_org(db, "org-me", 20, "cmp-me", NULL);
+	PQclear(api_sql(db,
+			"UPDATE organisations SET per_agent_limit = 12, plan = 'growth', "
+			"rate_limit_tier = 'growth', rate_default_per_minute = 1001, "
+			"rate_calls_per_minute = 601, rate_executions_per_minute = 602, "
+			"wallet_balance = 412.75, wallet_allocated_total = 500, "
+			"wallet_lifetime_allocated = 1500, wallet_total_spent = 1087.25 "
+			"WHERE id = 'org-me'"));
+	api_make_key(db, "org-me", "Production backend", key, kid);
+	apikey_preview(key, prev);
+	api_worker_start(&w1, "api-me");
+
+	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+	print_message("user/me: %s\n", r.body);
+	cJSON *j = api_body(&r);
+	assert_string_equal(api_str(j, "organization_id"), "org-me");
+	assert_string_equal(api_str(j, "developer.id"), kid);
+	assert_string_equal(api_str(j, "developer.name"), "Production backend");
+	assert_string_equal(api_str(j, "developer.key_id"), kid);
+	assert_string_equal(api_str(j, "developer.key_preview"), prev);
+	assert_string_equal(api_str(j, "plan"), "growth");
+	assert_string_equal(api_str(j, "rate_limit_tier"), "growth");
+	assert_int_equal((int)api_num(j, "concurrency.max"), 12); /* min(org 20, agent 12) */
+	assert_int_equal((int)api_num(j, "concurrency.current"), 0);
+	assert_int_equal((int)api_num(j, "concurrency.agent_max"), 12);
+	assert_int_equal((int)api_num(j, "concurrency.global_max"), 1000);
+	assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "concurrency"),
+						     "enforced")));
+	assert_string_equal(api_str(j, "wallet.currency"), "USD");
+	assert_true(api_num(j, "wallet.balance") == 412.75);
+	assert_true(api_num(j, "wallet.allocated_total") == 500.0);
+	assert_true(api_num(j, "wallet.lifetime_allocated") == 1500.0);
+	assert_true(api_num(j, "wallet.total_spent") == 1087.25);
+	assert_int_equal((int)api_num(j, "rate_limits.default_per_minute"), 1001);
+	assert_int_equal((int)api_num(j, "rate_limits.calls_per_minute"), 601);
+	assert_int_equal((int)api_num(j, "rate_limits.executions_per_minute"), 602);
+	cJSON_Delete(j);
+	assert_non_null(raw_header(&r, "X-RateLimit-Limit", v, sizeof(v)));
+	assert_string_equal(v, "1001"); /* the default bucket's limit, from the organisation */
+	assert_non_null(raw_header(&r, "X-RateLimit-Remaining", v, sizeof(v)));
+	assert_non_null(raw_header(&r, "X-RateLimit-Reset", v, sizeof(v)));
+	assert_true(atoi(v) >= 1 && atoi(v) <= 60);
+	raw_response_free(&r);
+
+	/* Enforcement off shows; an unset per-agent limit reads as the org limit. */
+	PQclear(api_sql(db, "UPDATE organisations SET per_agent_limit = NULL, "
+			    "concurrency_management_enabled = false WHERE id = 'org-me'"));
+	long long deadline = fixture_now_ms() + 10000; /* the key cache holds the old row 2 s */
+	for (;;) {
+		assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+		j = api_body(&r);
+		raw_response_free(&r);
+		if (cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "concurrency"),
+						      "enforced")))
+			break;
+		cJSON_Delete(j);
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(100);
+	}
+	assert_int_equal((int)api_num(j, "concurrency.max"), 20);
+	assert_int_equal((int)api_num(j, "concurrency.agent_max"), 20);
+	cJSON_Delete(j);
+	api_worker_stop(&w1);
+}
+
+/* Polls node until key is refused; returns when (ms since since). */
+static long long refused_after(struct api_worker *w, const char *key, long long since)
+{
+	struct raw_response r;
+
+	for (;;) {
+		int st = api_request(w->port, "GET", "/v2/user/me", key, NULL, NULL, &r);
+		raw_response_free(&r);
+		if (st == 401)
+			return fixture_now_ms() - since;
+		assert_int_equal(st, 200);
+		assert_true(fixture_now_ms() - since < 30000);
+		fixture_sleep_ms(50);
+	}
+}
+
+static void revoked_on_every_node(void **state)
+{
+	char key[APIKEY_LEN + 1], kid[65];
+	struct raw_response r;
+
+	(void)state;
+	api_make_org(db, "org-rv", 5, "cmp-rv", NULL);
+	api_make_key(db, "org-rv", "k", key, kid);
+	api_worker_start(&w1, "api-rv1");
+	api_worker_start(&w2, "api-rv2");
+	/* Both nodes have the key in their cache. */
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+		raw_response_free(&r);
+		assert_int_equal(api_request(w2.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+		raw_response_free(&r);
+	}
+	long long t0 = fixture_now_ms();
+	PQclear(api_sql(db, "UPDATE api_keys SET revoked_at = now() WHERE id = '%s'", kid));
+	long long a = refused_after(&w1, key, t0), b = refused_after(&w2, key, t0);
+	print_message("revoked key refused after %lld ms (node 1) and %lld ms (node 2)\n", a, b);
+	assert_true(a < 5000 && b < 5000);
+	api_worker_stop(&w1);
+	api_worker_stop(&w2);
+}
+
+static void role_worker_has_no_api(void **state)
+{
+	char key[APIKEY_LEN + 1];
+	struct raw_response r;
+
+	(void)state;
+	api_make_org(db, "org-role", 5, "cmp-role", NULL);
+	api_make_key(db, "org-role", "k", key, NULL);
+	setenv("DISPATCHER_ROLE", "worker", 1);
+	api_worker_start(&w1, "api-role-w");
+	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 404);
+	raw_response_free(&r);
+	api_worker_stop(&w1);
+	setenv("DISPATCHER_ROLE", "api", 1);
+	api_worker_start(&w1, "api-role-a");
+	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+	raw_response_free(&r);
+	api_worker_stop(&w1);
+	unsetenv("DISPATCHER_ROLE");
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	fixture_start(&svc, true, true, false, true);
+	db = fixture_pg(&svc);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	api_worker_kill(&w1);
+	api_worker_kill(&w2);
+	PQfinish(db);
+	embedded_stop(&svc);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(unauthorized_same_body),
+		cmocka_unit_test(user_me_fields),
+		cmocka_unit_test(revoked_on_every_node),
+		cmocka_unit_test(role_worker_has_no_api),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
