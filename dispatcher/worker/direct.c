@@ -18,7 +18,7 @@
 
 /* The agent of the organisation, its caller id, and the org's limit (the 429's message). */
 #define SQL_DIRECT_LOOKUP                                                                          \
-	"SELECT a.from_number, o.org_limit FROM agents a JOIN organisations o ON o.id = a.org_id" \
+	"SELECT a.from_number, o.org_limit FROM agents a JOIN organisations o ON o.id = a.org_id"  \
 	" WHERE a.org_id = $1::text AND a.id = $2::text"
 
 enum dd_state {
@@ -165,17 +165,17 @@ static void answer(struct direct_dial *dd, struct direct_dial_result *r)
 		break;
 	}
 	LOG_AT(LOG_INFO, LOG_DIAL, (&(const struct log_ids){ .org = dd->org, .call = dd->call }),
-	       "direct dial: %d (%s) after %" PRIu64 " ms, %u admissions", r->outcome,
+	       "direct dial %s%s%s after %" PRIu64 " ms, %u admissions",
+	       direct_outcome_name(r->outcome), r->message ? ": " : "",
 	       r->message ? r->message : "", r->waited_ms, r->tries);
 	dd->cb(d, r, dd->data);
 }
 
 static void answer_unavailable(struct direct_dial *dd, const char *why)
 {
-	struct direct_dial_result r = { .outcome = DIRECT_UNAVAILABLE,
-					.running = -1,
-					.limit = -1,
-					.message = why };
+	struct direct_dial_result r = {
+		.outcome = DIRECT_UNAVAILABLE, .running = -1, .limit = -1, .message = why
+	};
 	answer(dd, &r);
 }
 
@@ -416,14 +416,14 @@ static void launch(struct direct_dial *dd)
 		if (!dd->registered &&
 		    handoff_add(d->o.handoff, dd->org, dd->call, wake_cb, dd) == 0)
 			dd->registered = true;
-		struct gate_admit_req req = {
-			.org = dd->org,
-			.call = dd->call,
-			.direct = true,
-			.agent = dd->agent,
-			.wait = true,
-			.worker = dd->registered ? handoff_worker(d->o.handoff) : NULL
-		};
+		struct gate_admit_req req = { .org = dd->org,
+					      .call = dd->call,
+					      .direct = true,
+					      .agent = dd->agent,
+					      .wait = true,
+					      .worker = dd->registered
+								? handoff_worker(d->o.handoff)
+								: NULL };
 		struct gate_flow_row row = { .mode = GATE_MODE_REDIS,
 					     .epoch = ms.epoch,
 					     .dials = &dial };
@@ -688,15 +688,23 @@ int direct_http_status(enum direct_outcome o)
 	return 503;
 }
 
+const char *direct_outcome_name(enum direct_outcome o)
+{
+	static const char *const names[] = { "placed", "busy", "not_found", "unavailable" };
+
+	return (unsigned)o < sizeof(names) / sizeof(names[0]) ? names[o] : "unknown";
+}
+
 int direct_busy_body(int64_t running, int64_t limit, char *buf, size_t size)
 {
 	int n;
 
 	if (running >= 0 && limit > 0)
-		n = snprintf(buf, size,
-			     "{\"error\":%d,\"message\":\"Account concurrency limit reached (%" PRId64
-			     " of %" PRId64 " lines in use).\"}",
-			     DIRECT_ERROR_CODE, running, limit);
+		n = snprintf(
+			buf, size,
+			"{\"error\":%d,\"message\":\"Account concurrency limit reached (%" PRId64
+			" of %" PRId64 " lines in use).\"}",
+			DIRECT_ERROR_CODE, running, limit);
 	else
 		n = snprintf(buf, size,
 			     "{\"error\":%d,\"message\":\"Account concurrency limit reached; all "

@@ -75,14 +75,14 @@ enum direct_outcome {
 
 struct direct_dial_result {
 	enum direct_outcome outcome;
-	const char *call;     /* PLACED: the call id (uuid; the provider's Idempotency-Key) */
-	const char *state;    /* PLACED: the call's state, "dialing" */
-	const char *from;     /* PLACED: the caller id used, NULL for none */
-	int64_t running;      /* BUSY: the org's live calls, -1 when they could not be read */
-	int64_t limit;	      /* BUSY: its org_limit, -1 when it could not be read */
-	uint64_t waited_ms;   /* submit -> answer */
-	uint32_t tries;	      /* admissions sent */
-	const char *message;  /* NOT_FOUND, UNAVAILABLE: why, in words */
+	const char *call;    /* PLACED: the call id (uuid; the provider's Idempotency-Key) */
+	const char *state;   /* PLACED: the call's state, "dialing" */
+	const char *from;    /* PLACED: the caller id used, NULL for none */
+	int64_t running;     /* BUSY: the org's live calls, -1 when they could not be read */
+	int64_t limit;	     /* BUSY: its org_limit, -1 when it could not be read */
+	uint64_t waited_ms;  /* submit -> answer */
+	uint32_t tries;	     /* admissions sent */
+	const char *message; /* NOT_FOUND, UNAVAILABLE: why, in words */
 };
 
 typedef void (*direct_dial_cb)(struct direct *d, const struct direct_dial_result *r, void *data);
@@ -96,7 +96,8 @@ struct direct_options {
 	struct gate_mode_ctl *mode; /* borrowed until direct_close() */
 	struct handoff *handoff;    /* borrowed until direct_close() */
 	struct dial *dial;	    /* borrowed until direct_close() */
-	uint64_t write_deadline_ms; /* postgres-mode admission bound (0: GATE_PG_WRITE_DEADLINE_MS) */
+	uint64_t
+		write_deadline_ms; /* postgres-mode admission bound (0: GATE_PG_WRITE_DEADLINE_MS) */
 };
 
 struct direct_stats {
@@ -147,6 +148,9 @@ void direct_get_stats(const struct direct *d, struct direct_stats *out);
 
 /* The HTTP status the route answers for an outcome: 201, 429, 404 or 503. */
 int direct_http_status(enum direct_outcome o);
+
+/* A static name for logs and metrics labels ("placed", "busy", "not_found", "unavailable"). */
+const char *direct_outcome_name(enum direct_outcome o);
 
 /* Renders the 429 body of SPEC C10 into buf (NUL-terminated), with Retry-After:
  * DIRECT_RETRY_AFTER_S beside it: {"error":1300,"message":"Account concurrency limit reached (R
