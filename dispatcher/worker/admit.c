@@ -14,8 +14,7 @@
 
 void admit_drained_org(struct sorg *o); /* select.c */
 
-/* A fresh call id (uuid v4): the slot id at every level and the Idempotency-Key. */
-static void new_call_id(char *out, size_t size)
+void select_new_call_id(char *out, size_t size)
 {
 	static uint64_t x;
 	uint8_t b[16];
@@ -393,7 +392,7 @@ void admit_launch(struct sadmit *a)
 	if (!a->n)
 		return;
 	if (!a->call[0])
-		new_call_id(a->call, sizeof(a->call));
+		select_new_call_id(a->call, sizeof(a->call));
 	for (uint32_t i = 0; i < a->n; i++) {
 		struct scontact *c = a->cand[i];
 		names[i] = c->camp->id;

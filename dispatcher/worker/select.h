@@ -34,6 +34,7 @@
 #include "handoff.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -88,6 +89,10 @@ void select_org_freed(struct select *s, const char *org);
 void select_drain(struct select *s, void (*cb)(void *data), void *data);
 
 void select_get_stats(const struct select *s, struct select_stats *out);
+
+/* A fresh call id (uuid v4, NUL-terminated; size >= 37): the slot id at every level and the
+ * Idempotency-Key. Batch admissions (admit.c) and direct dials (direct.c) draw theirs here. */
+void select_new_call_id(char *out, size_t size);
 
 /* Frees the selector once its timers are closed (answers still pending from the gate, the pool
  * or the flow must have been cancelled first: close them before). cb (may be NULL) then. */

@@ -5,6 +5,7 @@
 #include "backoff.h"
 #include "call_end.h"
 #include "claim.h"
+#include "direct.h" /* issue10-direct */
 #include "embedded_file.h"
 #include "error.h"
 #include "events.h"
@@ -60,6 +61,7 @@ struct worker {
 	struct claim *claim;
 	struct dial *dial;
 	struct select *sel;
+	struct direct *direct; /* issue10-direct: POST /v2/calls's dials (direct.h) */
 	struct call_end *ends; /* the one way a call ends: events, dial refusals, sweeps */
 	struct events *ev;     /* POST /provider/events */
 	struct sweep *sweep;   /* lease sweeper, maximum-duration sweep, retention */
@@ -218,6 +220,8 @@ static void on_free_notify(const char *channel, const char *payload, void *data)
 	(void)channel;
 	if (w->sel)
 		select_org_freed(w->sel, payload);
+	if (w->direct) /* issue10-direct */
+		direct_org_freed(w->direct, payload);
 }
 
 static void on_mode_change(struct gate_mode_ctl *c, const struct gate_mode_state *s, void *data)
@@ -230,6 +234,8 @@ static void on_mode_change(struct gate_mode_ctl *c, const struct gate_mode_state
 		 s->switching ? " switching" : "");
 	if (w->sel)
 		select_mode_changed(w->sel);
+	if (w->direct) /* issue10-direct */
+		direct_mode_changed(w->direct);
 }
 
 /* ---- dial results -> call_end (D2) ---- */
@@ -590,6 +596,8 @@ static void close_all(struct worker *w)
 	if (w->final)
 		return;
 	w->final = true;
+	direct_close(w->direct, NULL, NULL); /* issue10-direct: before the flow and the dialer */
+	w->direct = NULL;
 	if (w->sel) {
 		select_get_stats(w->sel, &w->sel_st);
 		select_close(w->sel, NULL, NULL);
@@ -685,7 +693,8 @@ void worker_drain(struct worker *w)
 	dial_end_retries_cancel(w);
 	uv_timer_start(&w->drain_timer, drain_timeout, w->o.drain_ms, 0);
 	w->exit_code = 0;
-	close_sweep(w); /* no new sweep passes; a running one finishes */
+	close_sweep(w);		 /* no new sweep passes; a running one finishes */
+	direct_drain(w->direct); /* issue10-direct: waiting direct dials answered 503 */
 	select_drain(w->sel, select_drained, w);
 }
 
@@ -865,6 +874,18 @@ static int build_jobs(struct worker *w)
 				     .dial = w->dial,
 				     .slot_wait_ms = o->slot_wait_ms,
 				     .claim_page = o->claim_page };
+	/* --- issue10-direct: the direct dials, on the same flow, gate and dialer --- */
+	struct direct_options dro = { .loop = w->loop,
+				      .pool = w->pool,
+				      .gate = w->gate,
+				      .flow = w->flow,
+				      .gpg = w->gpg,
+				      .mode = w->mode,
+				      .handoff = w->handoff,
+				      .dial = w->dial };
+	if ((rc = direct_new(&dro, &w->direct)))
+		return rc;
+	/* --- end issue10-direct --- */
 	return select_new(&so, &w->sel);
 }
 
@@ -1005,6 +1026,11 @@ struct gate_mode_ctl *worker_gate_mode(struct worker *w)
 struct call_end *worker_call_end(struct worker *w)
 {
 	return w->ends;
+}
+
+struct direct *worker_direct(struct worker *w) /* issue10-direct */
+{
+	return w->direct;
 }
 
 int worker_exit_code(const struct worker *w)

@@ -98,6 +98,9 @@ struct gate *worker_gate(struct worker *w);
 struct gate_pg *worker_gate_pg(struct worker *w);
 struct gate_mode_ctl *worker_gate_mode(struct worker *w);
 struct call_end *worker_call_end(struct worker *w);
+/* issue10-direct: the direct dials of POST /v2/calls (direct.h); NULL once the worker closes. */
+struct direct;
+struct direct *worker_direct(struct worker *w);
 
 /* Maps a dial result the dialer does not settle (REFUSED, INVALID, STOPPED, DRAINED) onto the
  * call_end request that ends its call (D2). reason (size >= 64) receives outcome_reason. Returns
