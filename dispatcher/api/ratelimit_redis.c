@@ -22,7 +22,7 @@ struct ratelimit_redis {
 	struct redis_conn *conn;
 	const struct redis_script *script;
 	uint64_t deadline_ms;
-	uv_timer_t timer;	 /* fires at the first pending check's deadline */
+	uv_timer_t timer;	  /* fires at the first pending check's deadline */
 	struct list_node pending; /* checks not answered yet, by deadline */
 	struct list_node late;	  /* answered fail-open at their deadline, reply still due */
 	struct ratelimit_redis_stats stats;
@@ -32,11 +32,11 @@ struct ratelimit_redis {
 /* One check. While its EVALSHA is in flight it is freed by the reply callback (the connection
  * calls it exactly once); one that could not be sent is freed by the timer that answers it. */
 struct check {
-	struct list_node node;	   /* on rl->pending, then rl->late, or on no list */
+	struct list_node node;	    /* on rl->pending, then rl->late, or on no list */
 	struct ratelimit_redis *rl; /* NULL once rl is closed */
-	uint64_t deadline;	   /* loop time, ms; 0 for a check that was never sent */
+	uint64_t deadline;	    /* loop time, ms; 0 for a check that was never sent */
 	bool sent;
-	bool late; /* answered fail-open at its deadline; on rl->late */
+	bool late;  /* answered fail-open at its deadline; on rl->late */
 	int status; /* why an unsent check fails open */
 	enum ratelimit_bucket bucket;
 	uint32_t limit;
@@ -181,7 +181,8 @@ static int parse(const redisReply *reply, uint32_t limit, struct ratelimit_resul
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 6)
 		return -EPROTO;
 	for (size_t i = 0; i < 6; i++) {
-		if (reply->element[i]->type != REDIS_REPLY_INTEGER || reply->element[i]->integer < 0)
+		if (reply->element[i]->type != REDIS_REPLY_INTEGER ||
+		    reply->element[i]->integer < 0)
 			return -EPROTO;
 		v[i] = reply->element[i]->integer;
 	}
@@ -248,9 +249,9 @@ int ratelimit_redis_check(struct ratelimit_redis *rl, const char *org, enum rate
 	q->limit = limit;
 	q->cb = cb;
 	q->data = data;
-	rc = redis_conn_is_up(rl->conn) ? redis_conn_evalsha(rl->conn, rl->script, on_reply, q, 2,
-							      argv, NULL)
-					: -ENOTCONN;
+	rc = redis_conn_is_up(rl->conn)
+		     ? redis_conn_evalsha(rl->conn, rl->script, on_reply, q, 2, argv, NULL)
+		     : -ENOTCONN;
 	if (rc == 0) {
 		q->sent = true;
 		q->deadline = uv_now(rl->loop) + rl->deadline_ms;
@@ -277,8 +278,7 @@ void ratelimit_redis_close(struct ratelimit_redis *rl)
 		return;
 	rl->closing = true;
 	uv_timer_stop(&rl->timer);
-	list_for_each_safe(pos, tmp, &rl->pending)
-	{
+	list_for_each_safe (pos, tmp, &rl->pending) {
 		struct check *q = list_entry(pos, struct check, node);
 
 		list_del(pos);
@@ -288,8 +288,7 @@ void ratelimit_redis_close(struct ratelimit_redis *rl)
 		else
 			free(q);
 	}
-	list_for_each_safe(pos, tmp, &rl->late)
-	{
+	list_for_each_safe (pos, tmp, &rl->late) {
 		struct check *q = list_entry(pos, struct check, node);
 
 		list_del(pos);
