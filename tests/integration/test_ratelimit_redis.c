@@ -29,11 +29,11 @@
 #include <string.h>
 #include <cmocka.h>
 
-#define WAIT_MS	 60000
-#define W	 RATELIMIT_WINDOW_MS
-#define T0	 (INT64_C(28333333) * W) /* a window's start, about Nov 2023 */
-#define VECTORS	 20000
-#define NBATCH	 1000 /* checks in flight at once */
+#define WAIT_MS 60000
+#define W	RATELIMIT_WINDOW_MS
+#define T0	(INT64_C(28333333) * W) /* a window's start, about Nov 2023 */
+#define VECTORS 20000
+#define NBATCH	1000 /* checks in flight at once */
 
 static struct embedded svc;
 static redisContext *rc; /* blocking, for the test's own reads and writes */
@@ -348,9 +348,9 @@ static void lua_equals_c(void **state)
 			}
 			x->want = x->before;
 			assert_int_equal(ratelimit_check(&x->want, x->limit, x->now, &x->d), 0);
-			assert_int_equal(ratelimit_redis_check(e.rl, x->org, b, x->limit, checked,
-							       &x->o),
-					 0);
+			assert_int_equal(
+				ratelimit_redis_check(e.rl, x->org, b, x->limit, checked, &x->o),
+				0);
 		}
 		for (int i = 0; i < NBATCH; i++) {
 			fixture_run_until_count(&e.loop, &v[i].o.done, 1, WAIT_MS);
@@ -384,6 +384,14 @@ static void lua_equals_c(void **state)
 			}
 		}
 		(void)target;
+	}
+	{
+		redisReply *r = redisCommand(rc, "INFO commandstats");
+		const char *line = r && r->str ? strstr(r->str, "cmdstat_evalsha:") : NULL;
+
+		assert_non_null(line);
+		print_message("%.*s\n", (int)strcspn(line, "\r\n"), line);
+		freeReplyObject(r);
 	}
 	print_message("%d vectors: %d allowed, %d refused; %d without a state, %d beyond the "
 		      "clamp, %d with the clock behind the state\n",
@@ -484,8 +492,8 @@ static void limits_below_at_above(void **state)
 		pin("lim", (enum ratelimit_bucket)b, T0 + 1000);
 		for (uint32_t i = 0; i <= n; i++) /* pipelined, answered in order */
 			assert_int_equal(ratelimit_redis_check(e.rl, "lim",
-							       (enum ratelimit_bucket)b, n,
-							       checked, &o[i]),
+							       (enum ratelimit_bucket)b, n, checked,
+							       &o[i]),
 					 0);
 		for (uint32_t i = 0; i <= n; i++)
 			fixture_run_until_count(&e.loop, &o[i].done, 1, WAIT_MS);
@@ -514,6 +522,7 @@ static void limits_below_at_above(void **state)
 	}
 	{
 		struct ratelimit_redis_stats st;
+		struct redis_script_calls calls;
 		char buf[2048];
 
 		ratelimit_redis_get_stats(e.rl, &st);
@@ -521,9 +530,15 @@ static void limits_below_at_above(void **state)
 		assert_int_equal(st.checks[RATELIMIT_EXECUTIONS_LIST], 601);
 		assert_int_equal(st.checks[RATELIMIT_DEFAULT], 1001);
 		assert_int_equal(st.fail_opens, 0);
+		/* one round trip each: one EVALSHA per check, no NOSCRIPT retry */
+		assert_int_equal(redis_scripts_calls(e.reg, "ratelimit.lua", &calls), 0);
+		assert_int_equal(calls.calls, 601 + 601 + 1001);
+		assert_int_equal(calls.retries, 0);
 		assert_true(ratelimit_redis_metrics(&st, buf, sizeof(buf)) < (int)sizeof(buf));
-		assert_non_null(strstr(buf, "dsp_ratelimit_refusals_total{bucket=\"calls.create\"} 1\n"));
-		assert_non_null(strstr(buf, "dsp_ratelimit_checks_total{bucket=\"default\"} 1001\n"));
+		assert_non_null(
+			strstr(buf, "dsp_ratelimit_refusals_total{bucket=\"calls.create\"} 1\n"));
+		assert_non_null(
+			strstr(buf, "dsp_ratelimit_checks_total{bucket=\"default\"} 1001\n"));
 		assert_non_null(strstr(buf, "dsp_ratelimit_fail_open_total{reason=\"redis\"} 0\n"));
 	}
 	env_close(&e);
