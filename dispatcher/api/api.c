@@ -4,6 +4,7 @@
 #include "error.h"
 #include "log.h"
 #include "pg_pool.h"
+#include "ratelimit_redis.h"
 #include "strmap.h"
 
 #include <libpq-fe.h>
@@ -20,8 +21,8 @@
 #define KEY_CACHE_MAX	     4096 /* entries; past it the expired ones go, then all */
 
 /* The one 401 body: a missing, malformed, unknown or revoked key all read the same (R4). */
-#define UNAUTHORIZED_MESSAGE                                                                 \
-	"A valid API key is required: send Authorization: Bearer gat_... with an active key of " \
+#define UNAUTHORIZED_MESSAGE                                                                       \
+	"A valid API key is required: send Authorization: Bearer gat_... with an active key of "   \
 	"your organisation."
 
 /* Columns: 0 key id, 1 key name, 2 preview, 3 key_hash (hex), 4 org id, 5 org name, 6 org_limit,
@@ -51,7 +52,8 @@ struct api {
 	const struct pg_stmt *st_key;
 	struct binding *bindings;
 	size_t n_bindings;
-	struct strmap cache; /* hex hash -> struct key_entry */
+	struct strmap cache;	    /* hex hash -> struct key_entry */
+	struct ratelimit_redis *rl; /* NULL without a Redis connection: every check fails open */
 	struct api_stats stats;
 };
 
@@ -193,13 +195,25 @@ static void admitted(struct api_call *c)
 	c->route->handler(c);
 }
 
-/* The Redis limiter is not wired yet: every request is decided as R3's fail-open one. */
+static void limit_done(const struct ratelimit_result *r, void *data)
+{
+	struct api_call *c = data;
+
+	c->limit = r->d;
+	admitted(c);
+}
+
+/* One Redis round trip per request, per organisation and bucket (ratelimit_redis.h); it fails
+ * open (R3) when Redis does not answer within its deadline. */
 static void limit_check(struct api_call *c)
 {
 	uint32_t limit = c->key.org.rate.per_minute[c->route->bucket];
 
-	ratelimit_fail_open(limit, wall_ms(), &c->limit);
-	admitted(c);
+	if (!c->api->rl || ratelimit_redis_check(c->api->rl, c->key.org.id, c->route->bucket, limit,
+						 limit_done, c)) {
+		ratelimit_fail_open(limit, wall_ms(), &c->limit);
+		admitted(c);
+	}
 }
 
 /* ---- keys (R4) ---- */
@@ -355,6 +369,11 @@ static void on_request(struct http_request *req, void *data)
 
 /* ---- the API ---- */
 
+int api_scripts_register(struct redis_scripts *reg)
+{
+	return ratelimit_redis_scripts_register(reg);
+}
+
 int api_new(const struct api_options *o, struct api **out)
 {
 	struct api *a;
@@ -378,7 +397,9 @@ int api_new(const struct api_options *o, struct api **out)
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		for (size_t i = 0; i < *tables[t].n; i++)
 			a->bindings[a->n_bindings++] = (struct binding){ a, &tables[t].defs[i] };
-	if ((rc = pg_pool_prepare(o->pool, SQL_KEY, 1, &a->st_key))) {
+	if ((o->conn && o->reg &&
+	     (rc = ratelimit_redis_new(o->loop, o->conn, o->reg, NULL, &a->rl))) ||
+	    (rc = pg_pool_prepare(o->pool, SQL_KEY, 1, &a->st_key))) {
 		api_free(a);
 		return rc;
 	}
@@ -403,6 +424,14 @@ size_t api_routes(struct api *a, struct http_route *out, size_t cap)
 void api_get_stats(const struct api *a, struct api_stats *out)
 {
 	*out = a->stats;
+}
+
+void api_close(struct api *a)
+{
+	if (!a)
+		return;
+	ratelimit_redis_close(a->rl);
+	a->rl = NULL;
 }
 
 void api_free(struct api *a)

@@ -36,12 +36,16 @@ struct api_options {
 	struct pg_pool *pool;	   /* keys, organisations, batches, calls */
 	struct gate *gate;	   /* live counts (capacity, user/me); may be NULL */
 	struct redis_conn *conn;   /* the rate limiter's connection; may be NULL (fails open) */
-	struct redis_scripts *reg; /* where the limiter's script is registered, before freeze */
+	struct redis_scripts *reg; /* holds the limiter's script (api_scripts_register()) */
 	/* POST /v2/calls: the worker's direct dial (dispatcher/worker/), passed in so the API never
 	 * links the worker; NULL: POST /v2/calls answers 503. */
 	const struct api_dialer *dialer;
-	uint64_t key_cache_ms;	   /* how long a looked-up key is trusted; 0: the default [2000] */
+	uint64_t key_cache_ms; /* how long a looked-up key is trusted; 0: the default [2000] */
 };
+
+/* Adds the API's Redis scripts (the rate limiter's) to reg, before its connection starts.
+ * Returns as redis_scripts_add(). */
+int api_scripts_register(struct redis_scripts *reg);
 
 /* Creates the API. Must be called before the pool starts (it prepares its statements) and
  * before reg is frozen. Returns 0, -EINVAL or -ENOMEM. */
@@ -61,6 +65,10 @@ struct api_stats {
 	uint64_t unavailable;	 /* 503s: the key could not be looked up */
 };
 void api_get_stats(const struct api *a, struct api_stats *out);
+
+/* Closes what the API holds on the loop (the rate limiter: pending checks are answered fail-open)
+ * once the HTTP server has closed. The loop must run afterwards. NULL is a no-op; twice too. */
+void api_close(struct api *a);
 
 /* Frees the API; call once the HTTP server has closed (no request in flight). NULL is a
  * no-op. */

@@ -56,11 +56,11 @@ struct api_route_def {
 	const char *method;
 	const char *pattern;
 	size_t max_body;
-	bool stream;			 /* body streamed to the handler (common/http_server.h) */
-	bool public_route;		 /* no key needed (/openapi.json) */
-	enum ratelimit_bucket bucket;	 /* R1 */
+	bool stream;		      /* body streamed to the handler (common/http_server.h) */
+	bool public_route;	      /* no key needed (/openapi.json) */
+	enum ratelimit_bucket bucket; /* R1 */
 	api_handler handler;
-	const char *summary;		 /* one line, for the OpenAPI description */
+	const char *summary; /* one line, for the OpenAPI description */
 };
 
 /* The route tables, one per file. */

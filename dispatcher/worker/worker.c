@@ -598,6 +598,7 @@ static void close_all(struct worker *w)
 	w->final = true;
 	direct_close(w->direct, NULL, NULL); /* issue10-direct: before the flow and the dialer */
 	w->direct = NULL;
+	api_close(w->api); /* its rate limiter's timer; the HTTP server is closed by now */
 	if (w->sel) {
 		select_get_stats(w->sel, &w->sel_st);
 		select_close(w->sel, NULL, NULL);
@@ -752,7 +753,8 @@ static int build_connections(struct worker *w)
 
 	if ((rc = redis_scripts_new(&w->reg)) || (rc = gate_scripts_register(w->reg)) ||
 	    (rc = gate_recon_scripts_register(w->reg)) ||
-	    (rc = lane_fleet_scripts_register(w->reg)))
+	    (rc = lane_fleet_scripts_register(w->reg)) ||
+	    (rc = api_scripts_register(w->reg))) /* the API's rate limiter (issue 10) */
 		return rc;
 	ro.scripts = w->reg;
 	if ((rc = redis_conn_new(w->loop, &ro, &w->conn)))

@@ -95,18 +95,21 @@ static inline void api_make_org(PGconn *db, const char *org, int org_limit, ...)
 	va_list ap;
 	const char *c;
 
-	PQclear(api_sql(db, "INSERT INTO organisations (id, name, org_limit) VALUES ('%s', '%s', %d)",
-			org, org, org_limit));
 	PQclear(api_sql(db,
-			"INSERT INTO agents (id, org_id, name, from_number) VALUES ('%s-agent', '%s', "
-			"'agent', '+15550000001')",
-			org, org));
+			"INSERT INTO organisations (id, name, org_limit) VALUES ('%s', '%s', %d)",
+			org, org, org_limit));
+	PQclear(api_sql(
+		db,
+		"INSERT INTO agents (id, org_id, name, from_number) VALUES ('%s-agent', '%s', "
+		"'agent', '+15550000001')",
+		org, org));
 	va_start(ap, org_limit);
 	while ((c = va_arg(ap, const char *)))
-		PQclear(api_sql(db,
-				"INSERT INTO campaigns (id, org_id, agent_id, name) VALUES ('%s', '%s', "
-				"'%s-agent', '%s')",
-				c, org, org, c));
+		PQclear(api_sql(
+			db,
+			"INSERT INTO campaigns (id, org_id, agent_id, name) VALUES ('%s', '%s', "
+			"'%s-agent', '%s')",
+			c, org, org, c));
 	va_end(ap);
 }
 
@@ -139,7 +142,8 @@ static inline void api_worker_start(struct api_worker *w, const char *id)
 		struct raw_response r;
 		int fd = raw_connect(w->port, 2000), st = 0;
 		if (fd >= 0) {
-			raw_send_str(fd, "GET /readyz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+			raw_send_str(
+				fd, "GET /readyz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
 			if (raw_read_response(fd, &r) == 0) {
 				st = r.status;
 				raw_response_free(&r);
@@ -196,7 +200,8 @@ static inline int api_request(int port, const char *method, const char *path, co
 	else if (key)
 		n += snprintf(req + n, cap - (size_t)n, "%s\r\n", key);
 	if (body)
-		n += snprintf(req + n, cap - (size_t)n, "Content-Type: %s\r\nContent-Length: %zu\r\n",
+		n += snprintf(req + n, cap - (size_t)n,
+			      "Content-Type: %s\r\nContent-Length: %zu\r\n",
 			      ctype ? ctype : "application/json", blen);
 	n += snprintf(req + n, cap - (size_t)n, "\r\n");
 	assert_int_equal(raw_send(fd, req, (size_t)n), 0);

@@ -9,6 +9,9 @@
  *  - revoked_on_every_node: two workers answer a key (cached); once it is revoked both refuse
  *    it within 5 s (measured; the cache holds a key 2 s).
  *  - role_worker_has_no_api: DISPATCHER_ROLE=worker serves no /v2 route (404), role api does.
+ *  - rate_limited_then_fail_open: an organisation's own limit (3 a minute) over two keys: the
+ *    fourth request answers the source document's 429 body with Retry-After and Remaining 0;
+ *    with Redis stopped the request is allowed and Remaining shows the full limit.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -43,13 +46,18 @@ static void unauthorized_same_body(void **state)
 	char bad_scheme[128], malformed[128];
 	snprintf(bad_scheme, sizeof(bad_scheme), "Authorization: Basic %s", key);
 	snprintf(malformed, sizeof(malformed), "Authorization: Bearer %.*sX", APIKEY_LEN - 1, key);
-	const char *cases[] = { NULL, bad_scheme, malformed, unknown, revoked,
-				"Authorization: Bearer", "Authorization: Bearer gat_" };
+	const char *cases[] = { NULL,
+				bad_scheme,
+				malformed,
+				unknown,
+				revoked,
+				"Authorization: Bearer",
+				"Authorization: Bearer gat_" };
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char v[64];
 
-		assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", cases[i], NULL, NULL, &r),
-				 401);
+		assert_int_equal(
+			api_request(w1.port, "GET", "/v2/user/me", cases[i], NULL, NULL, &r), 401);
 		assert_null(raw_header(&r, "X-RateLimit-Limit", v, sizeof(v)));
 		assert_non_null(raw_header(&r, "WWW-Authenticate", v, sizeof(v)));
 		if (!first)
@@ -78,13 +86,12 @@ static void user_me_fields(void **state)
 
 	(void)state;
 	api_make_org(db, "org-me", 20, "cmp-me", NULL);
-	PQclear(api_sql(db,
-			"UPDATE organisations SET per_agent_limit = 12, plan = 'growth', "
-			"rate_limit_tier = 'growth', rate_default_per_minute = 1001, "
-			"rate_calls_per_minute = 601, rate_executions_per_minute = 602, "
-			"wallet_balance = 412.75, wallet_allocated_total = 500, "
-			"wallet_lifetime_allocated = 1500, wallet_total_spent = 1087.25 "
-			"WHERE id = 'org-me'"));
+	PQclear(api_sql(db, "UPDATE organisations SET per_agent_limit = 12, plan = 'growth', "
+			    "rate_limit_tier = 'growth', rate_default_per_minute = 1001, "
+			    "rate_calls_per_minute = 601, rate_executions_per_minute = 602, "
+			    "wallet_balance = 412.75, wallet_allocated_total = 500, "
+			    "wallet_lifetime_allocated = 1500, wallet_total_spent = 1087.25 "
+			    "WHERE id = 'org-me'"));
 	api_make_key(db, "org-me", "Production backend", key, kid);
 	apikey_preview(key, prev);
 	api_worker_start(&w1, "api-me");
@@ -103,8 +110,8 @@ static void user_me_fields(void **state)
 	assert_int_equal((int)api_num(j, "concurrency.current"), 0);
 	assert_int_equal((int)api_num(j, "concurrency.agent_max"), 12);
 	assert_int_equal((int)api_num(j, "concurrency.global_max"), 1000);
-	assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "concurrency"),
-						     "enforced")));
+	assert_true(cJSON_IsTrue(
+		cJSON_GetObjectItem(cJSON_GetObjectItem(j, "concurrency"), "enforced")));
 	assert_string_equal(api_str(j, "wallet.currency"), "USD");
 	assert_true(api_num(j, "wallet.balance") == 412.75);
 	assert_true(api_num(j, "wallet.allocated_total") == 500.0);
@@ -126,11 +133,12 @@ static void user_me_fields(void **state)
 			    "concurrency_management_enabled = false WHERE id = 'org-me'"));
 	long long deadline = fixture_now_ms() + 10000; /* the key cache holds the old row 2 s */
 	for (;;) {
-		assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+		assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r),
+				 200);
 		j = api_body(&r);
 		raw_response_free(&r);
-		if (cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "concurrency"),
-						      "enforced")))
+		if (cJSON_IsFalse(
+			    cJSON_GetObjectItem(cJSON_GetObjectItem(j, "concurrency"), "enforced")))
 			break;
 		cJSON_Delete(j);
 		assert_true(fixture_now_ms() < deadline);
@@ -170,9 +178,11 @@ static void revoked_on_every_node(void **state)
 	api_worker_start(&w2, "api-rv2");
 	/* Both nodes have the key in their cache. */
 	for (int i = 0; i < 3; i++) {
-		assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+		assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r),
+				 200);
 		raw_response_free(&r);
-		assert_int_equal(api_request(w2.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+		assert_int_equal(api_request(w2.port, "GET", "/v2/user/me", key, NULL, NULL, &r),
+				 200);
 		raw_response_free(&r);
 	}
 	long long t0 = fixture_now_ms();
@@ -205,6 +215,59 @@ static void role_worker_has_no_api(void **state)
 	unsetenv("DISPATCHER_ROLE");
 }
 
+/* R1-R3 through the API: the org's own limit, the 429 body and headers, then fail-open. */
+static void rate_limited_then_fail_open(void **state)
+{
+	char key[APIKEY_LEN + 1], key2[APIKEY_LEN + 1], v[64], ra[16];
+	struct raw_response r;
+
+	(void)state;
+	api_make_org(db, "org-rl", 5, "cmp-rl", NULL);
+	PQclear(api_sql(db, "UPDATE organisations SET rate_default_per_minute = 3 "
+			    "WHERE id = 'org-rl'"));
+	api_make_key(db, "org-rl", "k1", key, NULL);
+	api_make_key(db, "org-rl", "k2", key2, NULL); /* same org: same counter (R1) */
+	api_worker_start(&w1, "api-rl");
+	int ok = 0, refused = 0;
+	/* The window may roll between requests (then more get through): at most 2 rolls. */
+	for (int i = 0; i < 4 && !refused; i++) {
+		int st = api_request(w1.port, "GET", "/v2/user/me", i % 2 ? key2 : key, NULL, NULL,
+				     &r);
+		assert_non_null(raw_header(&r, "X-RateLimit-Limit", v, sizeof(v)));
+		assert_string_equal(v, "3");
+		assert_non_null(raw_header(&r, "X-RateLimit-Reset", v, sizeof(v)));
+		if (st == 429) {
+			refused++;
+			assert_non_null(raw_header(&r, "X-RateLimit-Remaining", v, sizeof(v)));
+			assert_string_equal(v, "0");
+			assert_non_null(raw_header(&r, "Retry-After", ra, sizeof(ra)));
+			char want[200];
+			snprintf(
+				want, sizeof(want),
+				"{\"error\":1300,\"message\":\"Rate limit exceeded: 3 requests per "
+				"minute for this organization. Retry in %ss.\"}",
+				ra);
+			print_message("429: %s Retry-After %s\n", r.body, ra);
+			assert_string_equal(r.body, want);
+			assert_true(atoi(ra) >= 1 && atoi(ra) <= 120);
+		} else {
+			assert_int_equal(st, 200);
+			ok++;
+		}
+		raw_response_free(&r);
+	}
+	assert_int_equal(ok, 3);
+	assert_int_equal(refused, 1);
+	/* Redis gone: allowed, the full limit shown as remaining (R3). */
+	assert_int_equal(embedded_redis_stop(&svc), 0);
+	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+	assert_non_null(raw_header(&r, "X-RateLimit-Remaining", v, sizeof(v)));
+	assert_string_equal(v, "3");
+	raw_response_free(&r);
+	assert_int_equal(embedded_redis_start(&svc), 0);
+	api_worker_stop(&w1);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -230,6 +293,7 @@ int main(void)
 		cmocka_unit_test(user_me_fields),
 		cmocka_unit_test(revoked_on_every_node),
 		cmocka_unit_test(role_worker_has_no_api),
+		cmocka_unit_test(rate_limited_then_fail_open),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
