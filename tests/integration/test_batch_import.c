@@ -71,8 +71,8 @@ static bool not_paused(void *arg)
 	return !((struct run *)arg)->paused;
 }
 
-static void start(struct run *r, const char *org, const char *campaign, enum batch_import_source src,
-		  uint64_t ceiling, uint64_t count_timeout_ms)
+static void start(struct run *r, const char *org, const char *campaign,
+		  enum batch_import_source src, uint64_t ceiling, uint64_t count_timeout_ms)
 {
 	struct batch_import_options o = {
 		.org_id = org,
@@ -169,12 +169,15 @@ static void check_happy_csv(const struct run *r, const char *org)
 	assert_int_equal(r->total, 3);
 	assert_true(r->checked);
 	assert_int_equal(count_for("contacts", org), 3);
-	snprintf(sql, sizeof(sql), "SELECT total_contacts FROM batches WHERE id = '%s' AND org_id = '%s' AND source = 'csv'",
+	snprintf(sql, sizeof(sql),
+		 "SELECT total_contacts FROM batches WHERE id = '%s' AND org_id = '%s' AND source "
+		 "= 'csv'",
 		 r->batch_id, org);
 	assert_int_equal(admin_int(admin, sql), 3);
 	snprintf(sql, sizeof(sql),
 		 "SELECT count(*) FROM contacts WHERE org_id = '%s' AND ("
-		 "(phone = '+14155550100' AND variables = '{\"name\":\"Ann\",\"note\":\"plain\"}') OR"
+		 "(phone = '+14155550100' AND variables = '{\"name\":\"Ann\",\"note\":\"plain\"}') "
+		 "OR"
 		 "(phone = '+14155550101' AND variables->>'name' = 'B, \"quoted\"' AND "
 		 "variables->>'note' = E'two\\nlines \\\\ tab\\there') OR"
 		 "(phone = '+447700900123' AND variables = '{\"name\":\"Cé\",\"note\":\"\"}'))",
@@ -214,10 +217,11 @@ static void json_happy_path(void **state)
 	assert_int_equal(r.http, 201);
 	assert_int_equal(r.total, 3);
 	assert_int_equal(count_for("contacts", "org_json"), 3);
-	assert_int_equal(admin_int(admin, "SELECT count(*) FROM contacts WHERE org_id = 'org_json' AND "
-					  "((phone = '+14155550100' AND variables IS NULL) OR "
-					  "(variables = '{\"a\":{\"b\":[1,2]},\"s\":\"x\\\\y\\\"\"}') OR "
-					  "variables = '{}')"),
+	assert_int_equal(admin_int(admin,
+				   "SELECT count(*) FROM contacts WHERE org_id = 'org_json' AND "
+				   "((phone = '+14155550100' AND variables IS NULL) OR "
+				   "(variables = '{\"a\":{\"b\":[1,2]},\"s\":\"x\\\\y\\\"\"}') OR "
+				   "variables = '{}')"),
 			 3);
 	assert_int_equal(admin_int(admin, "SELECT total_contacts FROM batches WHERE org_id = "
 					  "'org_json' AND source = 'json'"),
@@ -241,6 +245,8 @@ static void json_happy_path(void **state)
 static char *make_csv(int n, const int *bad)
 {
 	char *s = malloc((size_t)n * 40 + 64), *o = s;
+	if (!s)
+		return NULL;
 	o += sprintf(o, "to_number,n\n");
 	for (int i = 1; i <= n; i++) {
 		bool b = false;
