@@ -95,16 +95,16 @@ struct batch_import {
 	void *csv_work;
 	bool header_seen;
 	uint32_t ncols, phone_col;
-	char *keys;	   /* each column's "\"name\":" as JSON in COPY text, phone's empty */
-	size_t *key_off;   /* ncols + 1 offsets into keys */
-	uint64_t records;  /* CSV records (header included) */
+	char *keys;	  /* each column's "\"name\":" as JSON in COPY text, phone's empty */
+	size_t *key_off;  /* ncols + 1 offsets into keys */
+	uint64_t records; /* CSV records (header included) */
 
 	/* counts and outcome */
 	uint64_t rows, bad;
 	struct batch_import_row_error named[BATCH_IMPORT_MAX_NAMED];
 	unsigned n_named;
-	bool stopping; /* nothing more is written; the transaction rolls back */
-	bool settled;  /* the outcome no longer depends on the input */
+	bool stopping;			 /* nothing more is written; the transaction rolls back */
+	bool settled;			 /* the outcome no longer depends on the input */
 	enum batch_import_status status; /* a failure recorded before the end, else OK */
 	const char *error;
 	char message[MSG_BYTES];
@@ -329,8 +329,9 @@ static void named_list(const struct batch_import *imp, char *buf, size_t len)
 {
 	bool csv = imp->opts.source == BATCH_IMPORT_CSV;
 	char n[32];
-	size_t o = (size_t)snprintf(buf, len, "%s", csv ? (imp->bad > 1 ? "rows" : "row")
-							: (imp->bad > 1 ? "contacts" : "contact"));
+	size_t o = (size_t)snprintf(buf, len, "%s",
+				    csv ? (imp->bad > 1 ? "rows" : "row")
+					: (imp->bad > 1 ? "contacts" : "contact"));
 
 	for (unsigned i = 0; i < imp->n_named && o < len; i++)
 		o += (size_t)snprintf(buf + o, len - o, "%s %" PRIu64, i ? "," : "",
@@ -352,9 +353,8 @@ static void bad_message(struct batch_import *imp)
 	imp->error = "invalid_contacts";
 	snprintf(imp->message, sizeof(imp->message),
 		 "%s of %s %s %s invalid: %s. %s %" PRIu64 "%s: %s. Nothing was imported.",
-		 thousands(imp->bad, a), thousands(imp->rows, b), what,
-		 imp->bad > 1 ? "are" : "is", list, csv ? "Row" : "contacts[", first->row,
-		 csv ? "" : "]", first->reason);
+		 thousands(imp->bad, a), thousands(imp->rows, b), what, imp->bad > 1 ? "are" : "is",
+		 list, csv ? "Row" : "contacts[", first->row, csv ? "" : "]", first->reason);
 }
 
 /* --- CSV --- */
@@ -392,7 +392,8 @@ static int csv_header(struct batch_import *imp, const struct csv_record *rec)
 			phone = (int)i;
 		}
 		for (uint32_t j = 0; j < i; j++)
-			if (rec->field[j].len == f->len && memcmp(rec->field[j].data, f->data, f->len) == 0) {
+			if (rec->field[j].len == f->len &&
+			    memcmp(rec->field[j].data, f->data, f->len) == 0) {
 				fail(imp, BATCH_IMPORT_INVALID, "invalid_csv", true,
 				     "row 1 (the header): column \"%s\" appears twice (columns %u "
 				     "and %u)",
@@ -510,8 +511,8 @@ static void csv_failed(struct batch_import *imp, int rc)
 					    thousands(imp->bad, n));
 		named_list(imp, list + o, sizeof(list) - o);
 	}
-	fail(imp, BATCH_IMPORT_INVALID, "invalid_csv", true, "invalid CSV: %s%s. Nothing was imported.",
-	     msg, list);
+	fail(imp, BATCH_IMPORT_INVALID, "invalid_csv", true,
+	     "invalid CSV: %s%s. Nothing was imported.", msg, list);
 }
 
 /* --- database side --- */
@@ -696,8 +697,8 @@ static void copy_done_cb(int status, const struct pg_copy_report *rep, void *dat
 		fail(imp, BATCH_IMPORT_ERROR, "internal_error", true,
 		     "the database took %" PRIu64 " contacts of %" PRIu64, rep->rows, imp->rows);
 	else if (status == DSP_EPG && !imp->stopping) {
-		log_error(LOG_PG, "batch %s: COPY refused at line %ld: %s", imp->batch_id, rep->line,
-			  rep->error ? PQresultErrorMessage(rep->error) : "");
+		log_error(LOG_PG, "batch %s: COPY refused at line %ld: %s", imp->batch_id,
+			  rep->line, rep->error ? PQresultErrorMessage(rep->error) : "");
 		fail(imp, BATCH_IMPORT_ERROR, "internal_error", true,
 		     "the database refused contact %ld of the batch", rep->line);
 	} else if (status != 0 && status != DSP_EPG && !imp->stopping)
@@ -731,7 +732,8 @@ static void insert_cb(int status, const struct pg_results *r, void *data)
 		return;
 	}
 	imp->phase = PH_COPY;
-	struct pg_copy_options o = { .ready_cb = copy_ready_cb, .done_cb = copy_done_cb,
+	struct pg_copy_options o = { .ready_cb = copy_ready_cb,
+				     .done_cb = copy_done_cb,
 				     .data = imp };
 	int rc = pg_txn_copy_in(imp->txn, sql_copy, &o);
 	if (rc == 0)
@@ -830,7 +832,8 @@ static void deliver_cb(uv_timer_t *t)
 		trim_utf8(imp->named[i].reason);
 	if (ok)
 		log_info(LOG_HTTP, "batch %s: %" PRIu64 " contacts imported (ceiling %s)",
-			 imp->batch_id, imp->rows, imp->ceiling_checked ? "checked" : "not checked");
+			 imp->batch_id, imp->rows,
+			 imp->ceiling_checked ? "checked" : "not checked");
 	imp->opts.done_cb(&res, imp->opts.data);
 	imp->closing = true;
 	uv_close((uv_handle_t *)&imp->defer, closed_cb);
@@ -944,7 +947,8 @@ int batch_import_add(struct batch_import *imp, const char *phone, size_t phone_l
 		}
 		emit_line(imp, e164);
 		if (variables)
-			imp->out_len += copy_text(imp->out + imp->out_len, variables, variables_len);
+			imp->out_len +=
+				copy_text(imp->out + imp->out_len, variables, variables_len);
 		else
 			out_put(imp, "\\N", 2);
 		out_put(imp, "\n", 1);
@@ -967,20 +971,23 @@ static void judge_input(struct batch_import *imp)
 	if (imp->bad > 0) {
 		bad_message(imp);
 	} else if (imp->rows == 0) {
-		const char *why = imp->opts.source == BATCH_IMPORT_JSON ? "the batch has no contacts"
+		const char *why = imp->opts.source == BATCH_IMPORT_JSON
+					  ? "the batch has no contacts"
 				  : imp->records == 0 ? "the file is empty: a header row with a "
 							"phone column, then one row per contact"
 						      : "the file has a header row and no contacts";
 		imp->status = BATCH_IMPORT_INVALID;
-		imp->error = imp->opts.source == BATCH_IMPORT_CSV ? "invalid_csv" : "invalid_contacts";
+		imp->error =
+			imp->opts.source == BATCH_IMPORT_CSV ? "invalid_csv" : "invalid_contacts";
 		snprintf(imp->message, sizeof(imp->message), "%s", why);
 	} else if (imp->too_many) {
 		imp->status = BATCH_IMPORT_CEILING;
 		imp->error = "pending_ceiling_exceeded";
-		snprintf(imp->message, sizeof(imp->message),
-			 "the batch has %s contacts, over the organisation's pending ceiling of %s. "
-			 "Nothing was imported.",
-			 thousands(imp->rows, a), thousands(imp->opts.pending_ceiling, b));
+		snprintf(
+			imp->message, sizeof(imp->message),
+			"the batch has %s contacts, over the organisation's pending ceiling of %s. "
+			"Nothing was imported.",
+			thousands(imp->rows, a), thousands(imp->opts.pending_ceiling, b));
 	}
 	if (imp->status != BATCH_IMPORT_OK)
 		stop_writing(imp);
@@ -1085,7 +1092,8 @@ int batch_import_new(uv_loop_t *loop, struct pg_pool *pool, const struct batch_i
 	imp->pool = pool;
 	int rc = set_up(imp, opts);
 	if (rc == 0 && id_ok(opts->campaign_id)) {
-		rc = pg_pool_begin(pool, &(struct pg_txn_options){ .timeout_ms = imp->opts.timeout_ms },
+		rc = pg_pool_begin(pool,
+				   &(struct pg_txn_options){ .timeout_ms = imp->opts.timeout_ms },
 				   begin_cb, imp);
 		imp->owed = rc == 0 ? 1 : 0;
 		imp->phase = PH_BEGIN;

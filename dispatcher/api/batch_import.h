@@ -39,12 +39,12 @@
 
 #include <cjson/cJSON.h>
 
-#define BATCH_IMPORT_MAX_NAMED	       20     /* offending rows named in a message, at most */
-#define BATCH_IMPORT_DEFAULT_CEILING   250000 /* organisations.pending_ceiling's default */
-#define BATCH_IMPORT_PAUSE	       1      /* feed/add: wait for resume_cb */
-#define BATCH_IMPORT_ID_LEN	       26     /* "batch_" + 20 hex digits */
-#define BATCH_IMPORT_MAX_VARIABLES     65536  /* a JSON contact's variables text, bytes */
-#define BATCH_IMPORT_MAX_NAME	       200    /* a batch's name, bytes */
+#define BATCH_IMPORT_MAX_NAMED	     20	    /* offending rows named in a message, at most */
+#define BATCH_IMPORT_DEFAULT_CEILING 250000 /* organisations.pending_ceiling's default */
+#define BATCH_IMPORT_PAUSE	     1	    /* feed/add: wait for resume_cb */
+#define BATCH_IMPORT_ID_LEN	     26	    /* "batch_" + 20 hex digits */
+#define BATCH_IMPORT_MAX_VARIABLES   65536  /* a JSON contact's variables text, bytes */
+#define BATCH_IMPORT_MAX_NAME	     200    /* a batch's name, bytes */
 
 enum batch_import_source {
 	BATCH_IMPORT_JSON = 0, /* POST /v2/batches: batch_import_add() */
@@ -63,38 +63,38 @@ enum batch_import_status {
 
 /* A bad contact, as named in the result (at most BATCH_IMPORT_MAX_NAMED of them). */
 struct batch_import_row_error {
-	uint64_t row;	   /* CSV: the file's row (header = 1); JSON: the contact's index, 0-based */
+	uint64_t row;	  /* CSV: the file's row (header = 1); JSON: the contact's index, 0-based */
 	char reason[120]; /* "phone: the number must start with + and its country code" */
 };
 
 /* What the import came to. Everything is borrowed for the done_cb call only. */
 struct batch_import_result {
 	enum batch_import_status status;
-	int http_status;     /* 201, 404, 409, 422, 500 or 503: what the route answers */
-	const char *error;   /* NULL on success; else a stable code: "invalid_contacts",
+	int http_status;	 /* 201, 404, 409, 422, 500 or 503: what the route answers */
+	const char *error;	 /* NULL on success; else a stable code: "invalid_contacts",
 			      * "invalid_csv", "not_found", "campaign_not_accepting",
 			      * "pending_ceiling_exceeded", "unavailable", "internal_error" */
-	const char *message; /* English, for the body's "message"; "" on success */
-	const char *batch_id;	  /* the committed batch (BATCH_IMPORT_OK), else NULL */
-	const char *campaign_id;  /* as given */
-	const char *name;	  /* as given */
+	const char *message;	 /* English, for the body's "message"; "" on success */
+	const char *batch_id;	 /* the committed batch (BATCH_IMPORT_OK), else NULL */
+	const char *campaign_id; /* as given */
+	const char *name;	 /* as given */
 	enum batch_import_source source;
-	uint64_t total_rows;	  /* contacts read (good and bad; CSV: header and blank lines not) */
-	uint64_t bad_rows;	  /* contacts refused */
+	uint64_t total_rows; /* contacts read (good and bad; CSV: header and blank lines not) */
+	uint64_t bad_rows;   /* contacts refused */
 	const struct batch_import_row_error *rows; /* the first n_rows bad contacts, in order */
 	unsigned n_rows;
-	uint64_t ceiling;	  /* the pending ceiling applied */
-	bool ceiling_checked;	  /* false when the count timed out (failed open) or never ran */
-	uint64_t pending_before;  /* the organisation's backlog without this batch, when checked */
+	uint64_t ceiling;	 /* the pending ceiling applied */
+	bool ceiling_checked;	 /* false when the count timed out (failed open) or never ran */
+	uint64_t pending_before; /* the organisation's backlog without this batch, when checked */
 };
 
 typedef void (*batch_import_done_cb)(const struct batch_import_result *res, void *data);
 typedef void (*batch_import_resume_cb)(void *data);
 
 struct batch_import_options {
-	const char *org_id;	      /* the key's organisation (copied) */
-	const char *campaign_id;      /* from the request (copied) */
-	const char *name;	      /* the batch's name (copied; NULL: ""), <= MAX_NAME bytes */
+	const char *org_id;	 /* the key's organisation (copied) */
+	const char *campaign_id; /* from the request (copied) */
+	const char *name;	 /* the batch's name (copied; NULL: ""), <= MAX_NAME bytes */
 	enum batch_import_source source;
 	uint64_t pending_ceiling;     /* organisations.pending_ceiling (0 allowed: refuses all) */
 	uint64_t count_timeout_ms;    /* statement timeout of the backlog count (0: 2000) */
@@ -103,7 +103,7 @@ struct batch_import_options {
 	uint32_t max_fields;	      /* CSV: columns (0: 256) */
 	batch_import_done_cb done_cb; /* required */
 	batch_import_resume_cb resume_cb; /* required */
-	void *data;		      /* passed to both, borrowed */
+	void *data;			  /* passed to both, borrowed */
 };
 
 struct batch_import;
