@@ -60,6 +60,35 @@ int pg_conn_copy_in(struct pg_conn *conn, const char *sql, const struct pg_copy_
 	return rc;
 }
 
+/* --- COPY inside an interactive transaction (pg_txn_copy_in) --- */
+int pg_txn_copy_in(struct pg_txn *txn, const char *sql, const struct pg_copy_options *opts)
+{
+	if (!txn || !opts || !opts->ready_cb || !opts->done_cb || !conn_sql_is_copy(sql))
+		return -EINVAL;
+	if (txn->ending)
+		return -EBUSY;
+	if (txn->fail)
+		return txn->fail;
+	struct pg_req *req = req_new(&(struct pg_query){ .sql = sql }, 1);
+	struct pg_copy *copy = calloc(1, sizeof(*copy));
+	if (!req || !copy) {
+		free(copy);
+		if (req)
+			req_free(req);
+		return -ENOMEM;
+	}
+	copy->conn = txn->conn;
+	copy->opts = *opts;
+	req->kind = REQ_COPY;
+	req->copy = copy;
+	req->txn = txn;
+	req->fixed_deadline = txn->deadline; /* the transaction's, not opts->timeout_ms */
+	txn->pending++;
+	req_enqueue_held(txn->conn, req);
+	return 0;
+}
+/* --- end COPY inside a transaction --- */
+
 void copy_free(struct pg_copy *copy)
 {
 	free(copy);

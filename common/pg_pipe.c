@@ -142,11 +142,14 @@ static void complete(struct pg_conn *conn, struct pg_req *req, int status)
 		r.failed = req->failed;
 		r.error = req->res[req->nres - 1];
 	}
-	if (req->kind == REQ_SCRIPT || req->kind == REQ_COPY)
+	/* A COPY of a transaction (pg_txn_copy_in) took no claim of its own: the hold has it. */
+	if ((req->kind == REQ_SCRIPT || req->kind == REQ_COPY) && !req->txn)
 		conn->claims--;
-	if (req->copy)
+	if (req->copy) {
 		copy_complete(req, status, &r);
-	else if (req->txn)
+		if (req->txn) /* then the transaction's bookkeeping (req->cb is NULL) */
+			txn_request_done(conn, req, status, &r);
+	} else if (req->txn)
 		txn_request_done(conn, req, status, &r);
 	else if (req->cb)
 		req->cb(status, &r, req->data);

@@ -30,6 +30,7 @@
 #define DSP_PG_TXN_H
 
 #include "pg_conn.h"
+#include "pg_copy.h"
 
 struct pg_txn;
 
@@ -60,6 +61,17 @@ int pg_conn_begin(struct pg_conn *conn, const struct pg_txn_options *opts, pg_tx
  * rollback already called), -ENOMEM, or, when the transaction is already lost, -ECONNRESET,
  * -ETIMEDOUT or -ECANCELED. */
 int pg_txn_exec(struct pg_txn *txn, const struct pg_query *q, pg_result_cb cb, void *data);
+
+/* Runs a COPY ... FROM STDIN inside the transaction, as pg_conn_copy_in() does (pg_copy.h: the
+ * same callbacks, back-pressure and report) but on the held connection, in order with the
+ * transaction's other statements: it starts once those sent before it are answered, and those
+ * sent after it wait for it. Its rows are the transaction's: a later ROLLBACK (or a failure)
+ * removes them, COMMIT keeps them. Its deadline is the transaction's (opts->timeout_ms is
+ * ignored). A COPY that fails (a bad row, pg_copy_abort()) puts the transaction in the aborted
+ * state, as a failed statement does. Returns 0 (done_cb will be called once), -EINVAL (not a
+ * COPY, a callback missing), -EBUSY (commit or rollback already called), -ENOMEM, or the loss
+ * status of a transaction already lost. */
+int pg_txn_copy_in(struct pg_txn *txn, const char *sql, const struct pg_copy_options *opts);
 
 /* Ends the transaction with COMMIT and gives the handle up. cb (may be NULL) gets 0 once
  * committed, DSP_EPG when PostgreSQL refused (r->error; the transaction is rolled back), or a

@@ -338,6 +338,84 @@ static void copy_on_pool_leaves_the_rest(void **state)
 	fixture_loop_close(&loop);
 }
 
+struct txn_box {
+	struct pg_txn *txn;
+	int calls, status;
+};
+
+static void txn_begin_cb(int status, struct pg_txn *txn, void *data)
+{
+	struct txn_box *b = data;
+	b->calls++;
+	b->status = status;
+	b->txn = txn;
+}
+
+/* COPY inside an interactive transaction (pg_txn_copy_in): in order with its statements, its rows
+ * seen by the transaction, gone after ROLLBACK, kept after COMMIT; a failing COPY makes the
+ * commit report the COPY's error and keeps nothing. */
+static void copy_inside_transaction(void **state)
+{
+	uv_loop_t loop;
+	struct txn_box b = { 0 };
+	struct probe before = { 0 }, after = { 0 }, end = { 0 };
+
+	PQclear(fixture_sql(admin, "CREATE TABLE c6 (id int PRIMARY KEY, name text NOT NULL)"));
+	uv_loop_init(&loop);
+	struct pg_conn *c = open_conn(&loop);
+	for (int round = 0; round < 3; round++) {
+		struct feed f = { .rows = 20000, .bad_row = round == 2 ? 777 : 0 };
+		struct pg_copy_options o = { .ready_cb = ready_cb, .done_cb = done_cb, .data = &f };
+		memset(&b, 0, sizeof(b));
+		before.calls = after.calls = end.calls = 0;
+		assert_int_equal(pg_conn_begin(c, NULL, txn_begin_cb, &b), 0);
+		fixture_run_until_count(&loop, &b.calls, 1, 60000);
+		assert_int_equal(b.status, 0);
+		assert_int_equal(pg_txn_exec(b.txn,
+					     &(struct pg_query){ .sql = "SELECT count(*) FROM c6" },
+					     probe_result_cb, &before),
+				 0);
+		assert_int_equal(
+			pg_txn_copy_in(b.txn, "COPY c6 (id, name) FROM STDIN (FORMAT csv)", &o), 0);
+		assert_int_equal(pg_txn_exec(b.txn,
+					     &(struct pg_query){ .sql = "SELECT count(*) FROM c6" },
+					     probe_result_cb, &after),
+				 0);
+		fixture_run_until_count(&loop, &after.calls, 1, 120000);
+		assert_int_equal(f.done, 1);
+		assert_string_equal(before.value, round == 2 ? "20000" : "0");
+		if (round < 2) {
+			assert_int_equal(f.status, 0);
+			assert_int_equal(f.written, 20000);
+			assert_string_equal(after.value, "20000");
+			/* Not visible outside before COMMIT. */
+			assert_int_equal(admin_int(admin, "SELECT count(*) FROM c6"), 0);
+		} else {
+			assert_int_equal(f.status, DSP_EPG);
+			assert_int_equal(f.line, 777);
+			assert_string_equal(after.sqlstate, "25P02");
+		}
+		int (*finish)(struct pg_txn *, pg_result_cb, void *) =
+			round == 0 ? pg_txn_rollback : pg_txn_commit;
+		assert_int_equal(finish(b.txn, probe_result_cb, &end), 0);
+		fixture_run_until_count(&loop, &end.calls, 1, 60000);
+		assert_int_equal(end.status, round == 2 ? DSP_EPG : 0);
+		assert_int_equal(admin_int(admin, "SELECT count(*) FROM c6"),
+				 round == 0 ? 0 : 20000);
+		assert_false(pg_conn_is_claimed(c));
+	}
+	/* Misuse: not a COPY; after the end. */
+	memset(&b, 0, sizeof(b));
+	assert_int_equal(pg_conn_begin(c, NULL, txn_begin_cb, &b), 0);
+	fixture_run_until_count(&loop, &b.calls, 1, 60000);
+	struct feed f = { 0 };
+	struct pg_copy_options o = { .ready_cb = ready_cb, .done_cb = done_cb, .data = &f };
+	assert_int_equal(pg_txn_copy_in(b.txn, "SELECT 1", &o), -EINVAL);
+	assert_int_equal(pg_txn_rollback(b.txn, NULL, NULL), 0);
+	pg_conn_close(c, NULL, NULL);
+	fixture_loop_close(&loop);
+}
+
 static int setup(void **state)
 {
 	fixture_start(&svc, true, false, false, false);
@@ -360,6 +438,7 @@ int main(void)
 		cmocka_unit_test(back_pressure_waits_for_drain),
 		cmocka_unit_test(socket_closed_by_libpq_is_unwatched_at_once),
 		cmocka_unit_test(copy_on_pool_leaves_the_rest),
+		cmocka_unit_test(copy_inside_transaction),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
