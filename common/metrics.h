@@ -49,9 +49,10 @@ enum metrics_type {
 struct metrics_histogram {
 	const double *le; /* upper bounds, strictly ascending, finite; borrowed */
 	unsigned n;	  /* bounds, <= METRICS_BUCKETS_MAX */
-	uint64_t counts[METRICS_BUCKETS_MAX + 1]; /* per bucket, not cumulative; [n]: above le[n-1] */
-	uint64_t count;				  /* observations */
-	double sum;				  /* their sum */
+	uint64_t counts[METRICS_BUCKETS_MAX +
+			1]; /* per bucket, not cumulative; [n]: above le[n-1] */
+	uint64_t count;	    /* observations */
+	double sum;	    /* their sum */
 };
 
 /* Called at render time for a family added with a collector: emit its samples with

@@ -39,6 +39,9 @@ struct settings {
 	long long floor_ttl_s;	       /* installed floors expire after this */
 	long long reconcile_s;	       /* the reconciler's period */
 	long long http_max_connections; /* open connections of the HTTP server; beyond: 503 */
+	/* The operator listener (issue 10 items 7-8). */
+	char *operator_listen; /* host:port of /metrics and /healthz, or "off" */
+	char *admin_token;     /* required on the operator routes when set; never logged */
 };
 
 extern const struct config_setting settings_table[];

@@ -55,9 +55,8 @@ static void test_cells(void **state)
 				     &req),
 			 0);
 	assert_int_equal(metrics_add(m,
-				     &(struct metrics_desc){ .name = "up",
-							     .help = "Up.",
-							     .type = METRICS_GAUGE },
+				     &(struct metrics_desc){
+					     .name = "up", .help = "Up.", .type = METRICS_GAUGE },
 				     &up),
 			 0);
 	assert_int_equal(metrics_add(m,
@@ -110,15 +109,14 @@ static void test_escaping(void **state)
 
 	(void)state;
 	assert_int_equal(metrics_new(&m), 0);
-	assert_int_equal(
-		metrics_add(m,
-			    &(struct metrics_desc){ .name = "esc:total",
-						    .help = "a \\ b\nc \"d\" \t\xc3\xa9",
-						    .type = METRICS_COUNTER,
-						    .labels = labels,
-						    .n_labels = 1 },
-			    &f),
-		0);
+	assert_int_equal(metrics_add(m,
+				     &(struct metrics_desc){ .name = "esc:total",
+							     .help = "a \\ b\nc \"d\" \t\xc3\xa9",
+							     .type = METRICS_COUNTER,
+							     .labels = labels,
+							     .n_labels = 1 },
+				     &f),
+			 0);
 	*metrics_counter(f, (const char *[]){ "q\"b\\s\nn\tt\xc3\xa9" }) = 7;
 	*metrics_counter(f, (const char *[]){ "" }) = 1;
 	assert_render(m, "# HELP esc:total a \\\\ b\\nc \"d\" \t\xc3\xa9\n"
@@ -200,7 +198,7 @@ static void collect_levels(struct metrics_out *o, void *data)
 	metrics_emit(o, (const char *[]){ "inf" }, -INFINITY);
 	metrics_emit(o, (const char *[]){ "third" }, 1.0 / 3);
 	metrics_emit(o, (const char *[]){ "big" }, 123456789012.0);
-	metrics_emit(o, NULL, 1);			  /* no values: not written */
+	metrics_emit(o, NULL, 1);				      /* no values: not written */
 	metrics_emit_histogram(o, (const char *[]){ "x" }, &s->wait); /* wrong type */
 }
 
@@ -297,10 +295,10 @@ static void test_refusals(void **state)
 	assert_int_equal(
 		metrics_add(m, &(struct metrics_desc){ .name = "x", .type = METRICS_GAUGE }, NULL),
 		0);
-	assert_int_equal(
-		metrics_add(m, &(struct metrics_desc){ .name = "x", .type = METRICS_COUNTER },
-			    NULL),
-		-EINVAL);
+	assert_int_equal(metrics_add(m,
+				     &(struct metrics_desc){ .name = "x", .type = METRICS_COUNTER },
+				     NULL),
+			 -EINVAL);
 	assert_render(m, "# HELP x \n# TYPE x gauge\n");
 	metrics_free(m);
 }
@@ -339,9 +337,9 @@ static void test_order(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_empty),	    cmocka_unit_test(test_cells),
-		cmocka_unit_test(test_escaping),    cmocka_unit_test(test_histogram),
-		cmocka_unit_test(test_collect),	    cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_empty),	 cmocka_unit_test(test_cells),
+		cmocka_unit_test(test_escaping), cmocka_unit_test(test_histogram),
+		cmocka_unit_test(test_collect),	 cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_order),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
