@@ -558,6 +558,11 @@ void http_request_header_at(const struct http_request *req, unsigned i, const ch
 	*value = req->arena.data + req->hdrs[i].value;
 }
 
+const char *http_request_route(const struct http_request *req)
+{
+	return req->route ? req->route->r.pattern : NULL;
+}
+
 const char *http_request_param(const struct http_request *req, const char *name)
 {
 	size_t n = strlen(name);

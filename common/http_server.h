@@ -167,6 +167,12 @@ const char *http_request_method(const struct http_request *req);
 const char *http_request_path(const struct http_request *req);
 const char *http_request_query(const struct http_request *req);
 
+/* Returns the pattern of the route that matched ("/v2/batches/{id}"; a HEAD served by its GET
+ * route gives the GET's), or NULL when none did (404, 405, a request answered before routing).
+ * Borrowed for the server's life. For metric labels: bounded by the route table, where the raw
+ * path is not. */
+const char *http_request_route(const struct http_request *req);
+
 /* Returns the value of the first header named name (case-insensitive), or NULL. */
 const char *http_request_header(const struct http_request *req, const char *name);
 

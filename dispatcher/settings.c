@@ -107,6 +107,19 @@ const struct config_setting settings_table[] = {
 	  "What `dispatcher run` does: all = serve the API and dispatch batches; api = serve the "
 	  "API only (no batch contact is claimed); worker = dispatch only (no /v2 or /api routes). "
 	  "Every role accepts provider events; the process that accepts a direct dial places it." },
+
+	/* --- operator listener (issue 10 items 7-8) --- */
+	{ "DISPATCHER_OPERATOR_LISTEN", CONFIG_STRING, 0, 0, "127.0.0.1:9464", NULL, NULL, false,
+	  OFF(operator_listen),
+	  "Address of the operator listener (GET /metrics, /healthz), as DISPATCHER_LISTEN, or "
+	  "off. "
+	  "Keep it on loopback or set DISPATCHER_ADMIN_TOKEN; a port already taken (a second "
+	  "worker "
+	  "of the host) is logged and the worker runs without it." },
+	{ "DISPATCHER_ADMIN_TOKEN", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(admin_token),
+	  "When set, the operator routes need Authorization: Bearer <it> (compared in constant "
+	  "time; 401 otherwise); never logged. Unset: the listener's address is the only guard." },
+	/* --- end operator listener --- */
 };
 
 const size_t settings_table_len = sizeof(settings_table) / sizeof(settings_table[0]);
@@ -157,6 +170,10 @@ static int check_text(struct settings *s, char *err, size_t len)
 		return refuse(err, len, "DISPATCHER_LISTEN", s->listen,
 			      "is not host:port (an IPv4 address, or an IPv6 one in brackets as "
 			      "[::1]:8080; port 1 to 65535)");
+	if (strcmp(s->operator_listen, "off") != 0 &&
+	    addr_hostport_parse(s->operator_listen, host, sizeof(host), &port) < 0)
+		return refuse(err, len, "DISPATCHER_OPERATOR_LISTEN", s->operator_listen,
+			      "is not host:port (as DISPATCHER_LISTEN) or off");
 	if (s->redis_url && redis_url_parse(s->redis_url, &r) < 0)
 		return refuse(err, len, "REDIS_URL", s->redis_url,
 			      "is not redis://[user[:password]@]host[:port][/db] or "

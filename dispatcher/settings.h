@@ -40,6 +40,10 @@ struct settings {
 	long long reconcile_s;	       /* the reconciler's period */
 	long long http_max_connections; /* open connections of the HTTP server; beyond: 503 */
 	int role;			/* enum worker_role: 0 all, 1 api, 2 worker */
+
+	/* The operator listener (issue 10 items 7-8). */
+	char *operator_listen; /* host:port of /metrics and /healthz, or "off" */
+	char *admin_token;     /* required on the operator routes when set; never logged */
 };
 
 extern const struct config_setting settings_table[];

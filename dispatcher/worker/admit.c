@@ -132,6 +132,8 @@ static void admitted(struct sadmit *a, int index)
 			       .from = cp->has_from ? cp->from : NULL };
 	sel_charge(o, a, (uint32_t)index);
 	s->st.admitted++;
+	metrics_histogram_observe(&s->st.slot_wait,
+				  (double)(uv_now(s->o.loop) - a->asked_ms) / 1000.0);
 	int rc = dial_start(s->o.dial, &d);
 	if (rc) /* the row is written and the slots held: the sweeps settle it */
 		log_error(LOG_DIAL, "org %s call %s: not dialled: %s", o->id, a->call,
@@ -164,6 +166,14 @@ static void refused(struct sadmit *a)
 	a->st = SA_WAITING;
 }
 
+/* One candidate's decision, counted as the gate counts them (select.h, the metrics). */
+static void count_decision(struct select *s, enum fairshare_level level, bool fcfs)
+{
+	if (level != FAIRSHARE_LEVEL_NONE && (unsigned)level < FAIRSHARE_LEVEL_COUNT)
+		s->st.refused_level[level]++;
+	s->st.fcfs += fcfs;
+}
+
 static void flow_cb(struct gate_flow *f, int status, const struct gate_flow_result *r, void *data)
 {
 	struct sadmit *a = data;
@@ -183,6 +193,8 @@ static void flow_cb(struct gate_flow *f, int status, const struct gate_flow_resu
 		after_answer(o);
 		return;
 	}
+	for (uint32_t i = 0; r->admit && i < r->admit->n_decisions; i++)
+		count_decision(s, r->admit->decisions[i].level, r->admit->decisions[i].fcfs);
 	switch (r->outcome) {
 	case GATE_FLOW_ADMITTED:
 		admitted(a, r->admit->index);
@@ -227,6 +239,8 @@ static void pg_cb(struct gate_pg *g, int status, const struct gate_pgmode_answer
 		return;
 	}
 	const struct gate_pgmode_result *r = &ans->results[0];
+	for (uint32_t i = 0; i < r->n_decisions && i < GATE_PGMODE_CANDIDATES_MAX; i++)
+		count_decision(s, r->decisions[i].level, r->decisions[i].fcfs);
 	switch (r->outcome) {
 	case GATE_PGMODE_ADMITTED:
 		admitted(a, r->index);
@@ -391,8 +405,10 @@ void admit_launch(struct sadmit *a)
 	propose(a);
 	if (!a->n)
 		return;
-	if (!a->call[0])
+	if (!a->call[0]) {
 		select_new_call_id(a->call, sizeof(a->call));
+		a->asked_ms = uv_now(s->o.loop);
+	}
 	for (uint32_t i = 0; i < a->n; i++) {
 		struct scontact *c = a->cand[i];
 		names[i] = c->camp->id;

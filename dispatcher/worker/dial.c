@@ -146,10 +146,13 @@ static void flush_all(struct dial *d)
 		send_rows(d);
 }
 
-static void add_row(struct dcall *c, int status, const char *cls, const char *reason,
+static void add_row(struct dcall *c, int status, enum retry_verdict cls, const char *reason,
 		    int64_t waited, int64_t latency)
 {
 	struct dial *d = c->d;
+
+	if ((unsigned)cls < DIAL_CLASSES)
+		d->st.attempts[cls]++;
 
 	if (d->n_rows == d->cap_rows) {
 		uint32_t cap = d->cap_rows ? d->cap_rows * 2 : 64;
@@ -166,7 +169,7 @@ static void add_row(struct dcall *c, int status, const char *cls, const char *re
 	snprintf(w->call, sizeof(w->call), "%s", c->call);
 	snprintf(w->org, sizeof(w->org), "%s", c->org);
 	snprintf(w->lane, sizeof(w->lane), "%s", c->lane->name);
-	snprintf(w->cls, sizeof(w->cls), "%s", cls);
+	snprintf(w->cls, sizeof(w->cls), "%s", retry_verdict_name(cls));
 	snprintf(w->reason, sizeof(w->reason), "%s", reason ? reason : "");
 	w->contact = c->c.contact;
 	w->attempt = c->c.attempt;
@@ -405,7 +408,7 @@ static void answered(const struct http_client_response *resp, void *data)
 	c->inflight = false;
 	d->st.inflight--;
 	if (resp->cls == HTTP_CLIENT_CANCELLED) { /* dial_close(): it may have been delivered */
-		add_row(c, 0, "unknown", "cancelled", 0, (int64_t)resp->total_ms);
+		add_row(c, 0, RETRY_UNKNOWN, "cancelled", 0, (int64_t)resp->total_ms);
 		struct dial_result r = { .disposition = DIAL_UNKNOWN };
 		finish(c, &r);
 		return;
@@ -435,7 +438,7 @@ static void answered(const struct http_client_response *resp, void *data)
 		 resp->cls == HTTP_CLIENT_OK ? "" : resp->error);
 	if (c->takeover && c->own_sends == 1 && dec.verdict == RETRY_OK)
 		snprintf(reason, sizeof(reason), "takeover: re-sent after its lease expired");
-	add_row(c, a.status, retry_verdict_name(dec.verdict),
+	add_row(c, a.status, dec.verdict,
 		dec.verdict == RETRY_OK && !(c->takeover && c->own_sends == 1) ? NULL : reason, 0,
 		(int64_t)resp->total_ms);
 	struct dial_result r = { .reason = dec.reason, .status = a.status };
@@ -557,7 +560,7 @@ static void send_call(struct dcall *c)
 		d->st.resends++;
 	int rc = post(c);
 	if (rc) {
-		add_row(c, 0, "refused", "not sent", waited, -1);
+		add_row(c, 0, RETRY_REFUSED, "not sent", waited, -1);
 		struct dial_result r = { .disposition = DIAL_REFUSED, .delay_ms = 1000 };
 		if (c->maybe_delivered)
 			r.disposition = DIAL_UNKNOWN;
@@ -843,6 +846,30 @@ void dial_drain(struct dial *d, void (*cb)(void *data), void *data)
 	d->drained_data = data;
 	end_waiting(d);
 	dial_maybe_done(d);
+}
+
+void dial_lane_states(const struct dial *d, uint32_t out[DIAL_LANE_STATES])
+{
+	int64_t now = (int64_t)uv_now(d->loop);
+
+	memset(out, 0, DIAL_LANE_STATES * sizeof(out[0]));
+	for (struct list_node *n = d->lanes.next; n != &d->lanes; n = n->next) {
+		const struct lane *l = &list_entry(n, struct dlane, node)->lane;
+		enum dial_lane_state st = l->stopped			  ? DIAL_LANE_STOPPED
+					  : lane_park_wait(&l->park, now) ? DIAL_LANE_PARKED
+					  : l->circuit.state == LANE_CIRCUIT_OPEN ? DIAL_LANE_OPEN
+					  : l->circuit.state == LANE_CIRCUIT_HALF_OPEN
+						  ? DIAL_LANE_HALF_OPEN
+						  : DIAL_LANE_OPEN_FOR_CALLS;
+		out[st]++;
+	}
+}
+
+const char *dial_lane_state_name(enum dial_lane_state st)
+{
+	static const char *const names[] = { "closed", "half_open", "open", "parked", "stopped" };
+
+	return (unsigned)st < DIAL_LANE_STATES ? names[st] : "?";
 }
 
 void dial_get_stats(const struct dial *d, struct dial_stats *out)

@@ -131,9 +131,15 @@ struct dial_options {
 	void *data;
 };
 
+/* Dial attempts are counted by their class, the retry verdict of the answer
+ * (retry_verdict_name(): ok, refused, resend, unknown, stop_lane, invalid), as written in
+ * dial_attempts.class. */
+#define DIAL_CLASSES (RETRY_INVALID + 1)
+
 struct dial_stats {
-	uint64_t sends;	  /* requests sent (re-sends included) */
-	uint64_t resends; /* of which re-sends of the same key */
+	uint64_t attempts[DIAL_CLASSES]; /* dial_attempts rows made, by class */
+	uint64_t sends;			 /* requests sent (re-sends included) */
+	uint64_t resends;		 /* of which re-sends of the same key */
 	uint64_t placed, refused, invalid, stopped, unknown, drained;
 	uint64_t lane_stops;	/* lanes stopped by 401/403 (alerts) */
 	uint64_t attempts_rows; /* dial_attempts rows written */
@@ -176,6 +182,23 @@ bool dial_lane_stopped(struct dial *d, const char *org);
  * DIAL_UNKNOWN (they may be placed), requests in flight finish. cb (may be NULL) is called once
  * nothing is in flight and the attempt rows are written. */
 void dial_drain(struct dial *d, void (*cb)(void *data), void *data);
+
+/* A lane's state, as its own checks see it now (the first that holds, in this order: stopped,
+ * parked, circuit open, circuit half open, else closed: sending). */
+enum dial_lane_state {
+	DIAL_LANE_OPEN_FOR_CALLS = 0, /* "closed": the circuit is closed, nothing holds it */
+	DIAL_LANE_HALF_OPEN,
+	DIAL_LANE_OPEN,
+	DIAL_LANE_PARKED,
+	DIAL_LANE_STOPPED,
+	DIAL_LANE_STATES,
+};
+
+/* Counts this worker's lanes by state into out. */
+void dial_lane_states(const struct dial *d, uint32_t out[DIAL_LANE_STATES]);
+
+/* "closed", "half_open", "open", "parked", "stopped". */
+const char *dial_lane_state_name(enum dial_lane_state st);
 
 void dial_get_stats(const struct dial *d, struct dial_stats *out);
 

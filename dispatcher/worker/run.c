@@ -7,6 +7,7 @@
 #include "log.h"
 
 #include <stdio.h>
+#include <string.h>
 #include <unistd.h>
 
 /* File descriptors kept free under the soft limit for everything but the HTTP server's open
@@ -91,6 +92,9 @@ int run_main(const struct settings *s)
 		.call_sweep_s = (uint64_t)s->call_sweep_s,
 		.max_call_s = (uint64_t)s->max_call_s,
 		.retention_days = (uint64_t)s->retention_days,
+		.operator_listen =
+			strcmp(s->operator_listen, "off") == 0 ? NULL : s->operator_listen,
+		.admin_token = s->admin_token,
 	};
 	o.http_max_connections = max_connections;
 	return worker_run(&o);

@@ -526,6 +526,7 @@ int select_new(const struct select_options *o, struct select **out)
 	if (!(s = calloc(1, sizeof(*s))))
 		return -ENOMEM;
 	s->o = *o;
+	metrics_histogram_init(&s->st.slot_wait, select_slot_wait_le, SELECT_SLOT_WAIT_N);
 	if (!s->o.demand_ms)
 		s->o.demand_ms = 500;
 	if (!s->o.tick_ms)
@@ -617,6 +618,15 @@ void admit_drained_org(struct sorg *o);
 void admit_drained_org(struct sorg *o)
 {
 	hand_back_org(o, UINT64_MAX);
+}
+
+const double select_slot_wait_le[SELECT_SLOT_WAIT_N] = { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+							 1,	2.5,  5,     10,   15,	30,   60 };
+
+void select_foreach_org(const struct select *s, void (*cb)(const char *org, void *data), void *data)
+{
+	for (struct list_node *n = s->orgs.next; n != &s->orgs; n = n->next)
+		cb(list_entry(n, struct sorg, node)->id, data);
 }
 
 void select_get_stats(const struct select *s, struct select_stats *out)

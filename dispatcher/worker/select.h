@@ -32,6 +32,7 @@
 #include "gate_flow.h"
 #include "gate_mode.h"
 #include "handoff.h"
+#include "metrics.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -68,9 +69,25 @@ struct select_stats {
 	uint64_t gave_up;     /* waiters withdrawn after slot_wait_ms */
 	uint64_t lost;	      /* contacts dropped: lease lost, row exists, outcome unknown */
 	uint64_t errors;      /* admissions answered with an error status */
-	uint32_t orgs;	      /* organisations known */
-	uint32_t held;	      /* contacts claimed and held in memory now */
+	/* Metrics (dispatcher/worker/README.md, "Metrics"): the candidates' decisions, counted as
+	 * the gate counts them (gate_stats.lua): each candidate refused by its level, fcfs per
+	 * decision made without valid floors (R9); slot_wait: seconds from an admission's first
+	 * ask to its admission (SELECT_SLOT_WAIT_LE). */
+	uint64_t refused_level[FAIRSHARE_LEVEL_COUNT]; /* [FAIRSHARE_LEVEL_NONE]: 0 */
+	uint64_t fcfs;
+	struct metrics_histogram slot_wait;
+	uint32_t orgs; /* organisations known */
+	uint32_t held; /* contacts claimed and held in memory now */
 };
+
+/* The slot-wait histogram's bounds, in seconds. */
+#define SELECT_SLOT_WAIT_N 14
+extern const double select_slot_wait_le[SELECT_SLOT_WAIT_N];
+
+/* Calls cb once per organisation the selector knows (with demand, claimed contacts or
+ * admissions), in no particular order. */
+void select_foreach_org(const struct select *s, void (*cb)(const char *org, void *data),
+			void *data);
 
 int select_new(const struct select_options *o, struct select **out);
 

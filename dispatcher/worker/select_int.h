@@ -51,6 +51,7 @@ struct sadmit {
 	bool registered; /* handoff_add() done */
 	bool woken;	 /* a wake arrived while in flight */
 	uint64_t since_ms;
+	uint64_t asked_ms; /* first sent (the slot-wait histogram) */
 	uint64_t epoch;
 	struct scontact *cand[GATE_CANDIDATES_MAX];
 	uint32_t n;

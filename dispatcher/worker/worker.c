@@ -16,6 +16,7 @@
 #include "handoff.h"
 #include "list.h"
 #include "log.h"
+#include "operator.h"
 #include "pg_pool.h"
 #include "reconciler.h"
 #include "redis_conn.h"
@@ -23,6 +24,7 @@
 #include "refresher.h"
 #include "select.h"
 #include "sweep.h"
+#include "wmetrics.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -85,6 +87,12 @@ struct worker {
 	bool schema_again;	      /* a connection came up during it: read once more after */
 	char *schema_names;	      /* the compiled-in file names as a text[] literal */
 	struct events_stats ev_st;    /* the events module's, likewise */
+	/* --- operator listener, metrics (issue 10 items 7-8) --- */
+	struct wmetrics *metrics; /* GET /metrics; the HTTP servers' requests counted */
+	struct operator* op;	  /* DISPATCHER_OPERATOR_LISTEN; NULL: off or not bound */
+	char op_host[256];
+	int op_port;
+	/* --- end operator listener --- */
 };
 
 /* ---- events forwarded to the gate mode controller and the hand-off ---- */
@@ -495,6 +503,109 @@ static void provider_events(struct http_request *req, void *data)
 		events_handler(req, w->ev);
 }
 
+/* --- operator listener, metrics (issue 10 items 7-8) --- */
+
+/* The operator listener's routes, in one place (operator.h: each behind the admin token). */
+static size_t operator_routes(struct worker *w, struct http_route *r, size_t max)
+{
+	const struct http_route routes[] = {
+		{ "GET", "/metrics", 0, wmetrics_handler, w->metrics },
+		{ "GET", "/healthz", 0, healthz, w },
+	};
+	size_t n = sizeof(routes) / sizeof(routes[0]);
+
+	if (n > max)
+		n = max;
+	memcpy(r, routes, n * sizeof(*r));
+	return n;
+}
+
+static void public_decorate(struct http_request *req, int status, void *data)
+{
+	wmetrics_http(((struct worker *)data)->metrics, "public", req, status);
+}
+
+static void operator_decorate(struct http_request *req, int status, void *data)
+{
+	wmetrics_http(((struct worker *)data)->metrics, "operator", req, status);
+}
+
+/* Starts the operator listener. A listener that cannot bind (the port taken: another worker of
+ * the host has the default one) is logged and left off: the worker dials without it. */
+static void operator_start(struct worker *w)
+{
+	struct http_route routes[8];
+	struct operator_options oo = { .host = w->op_host,
+				       .port = w->op_port,
+				       .admin_token = w->o.admin_token,
+				       .decorate = operator_decorate,
+				       .decorate_data = w };
+	int rc;
+
+	if (!w->o.operator_listen)
+		return;
+	size_t n = operator_routes(w, routes, sizeof(routes) / sizeof(routes[0]));
+	if ((rc = operator_new(w->loop, &oo, routes, n, &w->op))) {
+		log_error(LOG_MAIN,
+			  "DISPATCHER_OPERATOR_LISTEN=%s: cannot listen (%s): no /metrics on this "
+			  "worker; give each worker of a host its own port, or off",
+			  w->o.operator_listen, rc < 0 ? uv_strerror(rc) : "?");
+		w->op = NULL;
+		return;
+	}
+	log_info(LOG_MAIN, "operator listener on %s:%d%s", w->op_host, operator_port(w->op),
+		 w->o.admin_token && w->o.admin_token[0] ? " (admin token required)" : "");
+}
+
+static int parse_operator_listen(struct worker *w)
+{
+	const char *l = w->o.operator_listen, *colon = l ? strrchr(l, ':') : NULL;
+	char *end;
+
+	if (!l)
+		return 0;
+	if (!colon || colon == l || (size_t)(colon - l) >= sizeof(w->op_host))
+		return -EINVAL;
+	long p = strtol(colon + 1, &end, 10);
+	if (*end || p < 0 || p > 65535)
+		return -EINVAL;
+	snprintf(w->op_host, sizeof(w->op_host), "%.*s", (int)(colon - l), l);
+	w->op_port = (int)p;
+	return 0;
+}
+
+struct select *worker_select(struct worker *w)
+{
+	return w->sel;
+}
+
+struct dial *worker_dial(struct worker *w)
+{
+	return w->dial;
+}
+
+struct reconciler *worker_reconciler(struct worker *w)
+{
+	return w->reconciler;
+}
+
+uv_loop_t *worker_loop(struct worker *w)
+{
+	return w->loop;
+}
+
+struct wmetrics *worker_metrics(struct worker *w)
+{
+	return w->metrics;
+}
+
+int worker_operator_port(const struct worker *w)
+{
+	return w->op ? operator_port(w->op) : -1;
+}
+
+/* --- end operator listener --- */
+
 /* ---- close and drain ---- */
 
 static void closed_noop(uv_handle_t *h)
@@ -629,6 +740,9 @@ static void close_all(struct worker *w)
 		w->ev = NULL;
 	}
 	close_sweep(w);
+	if (w->op) /* --- operator listener (issue 10) --- */
+		operator_close(w->op, NULL, NULL);
+	w->op = NULL;
 	if (w->started) {
 		uv_close((uv_handle_t *)&w->sigterm, closed_noop);
 		uv_close((uv_handle_t *)&w->sigint, closed_noop);
@@ -916,8 +1030,16 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 	while (ul && o->public_url[ul - 1] == '/')
 		ul--;
 	snprintf(w->callback, sizeof(w->callback), "%.*s/provider/events", (int)ul, o->public_url);
-	if ((rc = parse_listen(w))) {
-		log_error(LOG_MAIN, "DISPATCHER_LISTEN=%s: expected host:port", o->listen);
+	if ((rc = parse_listen(w)) || (rc = parse_operator_listen(w))) {
+		log_error(LOG_MAIN,
+			  "DISPATCHER_LISTEN=%s / DISPATCHER_OPERATOR_LISTEN=%s: expected "
+			  "host:port",
+			  o->listen, o->operator_listen ? o->operator_listen : "off");
+		free(w->schema_names);
+		free(w);
+		return rc;
+	}
+	if ((rc = wmetrics_new(w, &w->metrics))) {
 		free(w->schema_names);
 		free(w);
 		return rc;
@@ -965,6 +1087,8 @@ int worker_start(struct worker *w)
 	hc.host = w->host;
 	hc.port = w->port;
 	hc.reuseport = true;
+	hc.decorate = public_decorate; /* the requests' metrics (issue 10) */
+	hc.decorate_data = w;
 	if (w->o.http_max_connections)
 		hc.max_connections = w->o.http_max_connections;
 	struct http_route routes[64] = {
@@ -985,6 +1109,7 @@ int worker_start(struct worker *w)
 			  uv_strerror(rc));
 		return rc;
 	}
+	operator_start(w);
 	uv_signal_init(w->loop, &w->sigterm);
 	uv_signal_init(w->loop, &w->sigint);
 	uv_timer_init(w->loop, &w->drain_timer);
@@ -1049,6 +1174,7 @@ void worker_free(struct worker *w)
 	claim_free(w->claim);
 	api_free(w->api);
 	redis_scripts_free(w->reg);
+	wmetrics_free(w->metrics);
 	free(w->schema_names);
 	free(w);
 }

@@ -78,6 +78,9 @@ struct worker_options {
 	uint64_t max_call_s;	     /* maximum call duration [7200] */
 	uint64_t retention_days;     /* [30] */
 	uint64_t retention_period_s; /* retention pass period [3600] */
+	/* The operator listener (operator.h, wmetrics.h; issue 10 items 7-8). */
+	const char *operator_listen; /* host:port of /metrics, /healthz; NULL: none */
+	const char *admin_token;     /* NULL: the operator routes need no token */
 };
 
 /* Builds the worker on loop (borrowed). Nothing connects until worker_start(). Returns 0,
@@ -101,6 +104,17 @@ struct call_end *worker_call_end(struct worker *w);
 /* issue10-direct: the direct dials of POST /v2/calls (direct.h); NULL once the worker closes. */
 struct direct;
 struct direct *worker_direct(struct worker *w);
+
+/* Borrowed pieces for the metrics (wmetrics.c): NULL once closed (the drain's end). */
+struct select *worker_select(struct worker *w);
+struct dial *worker_dial(struct worker *w);
+struct reconciler *worker_reconciler(struct worker *w);
+uv_loop_t *worker_loop(struct worker *w);
+/* The worker's metrics: the API layer counts its rate-limit refusals with
+ * wmetrics_ratelimit_refused(worker_metrics(w), bucket). */
+struct wmetrics *worker_metrics(struct worker *w);
+/* The operator listener's bound port, -1 when it is off or could not bind. */
+int worker_operator_port(const struct worker *w);
 
 /* Maps a dial result the dialer does not settle (REFUSED, INVALID, STOPPED, DRAINED) onto the
  * call_end request that ends its call (D2). reason (size >= 64) receives outcome_reason. Returns
