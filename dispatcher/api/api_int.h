@@ -73,6 +73,11 @@ extern const size_t api_routes_batches_n;
 extern const struct api_route_def api_routes_calls[];
 extern const size_t api_routes_calls_n;
 
+/* POST /v2/batches and /v2/batches/upload (route_batch_create.c; mounted in route_batches.c's
+ * table). */
+void api_batch_create(struct api_call *c);
+void api_batch_upload(struct api_call *c);
+
 /* What the handlers use of the API's dependencies. */
 struct pg_pool *api_pool(const struct api *a);
 struct gate *api_gate(const struct api *a);
