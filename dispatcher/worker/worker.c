@@ -606,6 +606,14 @@ int worker_operator_port(const struct worker *w)
 
 /* --- end operator listener --- */
 
+/* The public listener's own routes (worker.h), described in dispatcher/api/openapi.json. */
+const struct worker_route worker_routes[] = {
+	{ "GET", "/healthz", 0, healthz },
+	{ "GET", "/readyz", 0, readyz },
+	{ "POST", EVENTS_PATH, EVENTS_BODY_MAX, provider_events },
+};
+const size_t worker_routes_n = sizeof(worker_routes) / sizeof(worker_routes[0]);
+
 /* ---- close and drain ---- */
 
 static void closed_noop(uv_handle_t *h)
@@ -1091,12 +1099,14 @@ int worker_start(struct worker *w)
 	hc.decorate_data = w;
 	if (w->o.http_max_connections)
 		hc.max_connections = w->o.http_max_connections;
-	struct http_route routes[64] = {
-		{ "GET", "/healthz", 0, healthz, w },
-		{ "GET", "/readyz", 0, readyz, w },
-		{ "POST", EVENTS_PATH, EVENTS_BODY_MAX, provider_events, w },
-	};
-	size_t nroutes = 3;
+	struct http_route routes[64];
+	size_t nroutes = 0;
+	for (size_t i = 0; i < worker_routes_n; i++)
+		routes[nroutes++] = (struct http_route){ .method = worker_routes[i].method,
+							 .pattern = worker_routes[i].pattern,
+							 .max_body = worker_routes[i].max_body,
+							 .handler = worker_routes[i].handler,
+							 .data = w };
 	if (w->api) {
 		size_t n = api_routes(w->api, routes + nroutes,
 				      sizeof(routes) / sizeof(routes[0]) - nroutes);
