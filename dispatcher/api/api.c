@@ -192,7 +192,11 @@ static int64_t wall_ms(void)
 static void admitted(struct api_call *c)
 {
 	if (!c->limit.allowed) {
+		const struct api_options *o = &c->api->o;
 		char msg[160];
+
+		if (o->on_limited)
+			o->on_limited(ratelimit_bucket_name(c->route->bucket), o->on_limited_data);
 
 		snprintf(msg, sizeof(msg),
 			 "Rate limit exceeded: %" PRIu32 " requests per minute for this "

@@ -898,6 +898,14 @@ static int build_connections(struct worker *w)
 	return 0;
 }
 
+/* A rate-limit 429 of the API (dispatcher_ratelimit_refused_total{bucket}). */
+static void on_rate_limited(const char *bucket, void *data)
+{
+	struct worker *w = data;
+
+	wmetrics_ratelimit_refused(w->metrics, bucket);
+}
+
 static int build_jobs(struct worker *w)
 {
 	const struct worker_options *o = &w->o;
@@ -1066,7 +1074,9 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 					  .pool = w->pool,
 					  .gate = w->gate,
 					  .conn = w->conn,
-					  .reg = w->reg };
+					  .reg = w->reg,
+					  .on_limited = on_rate_limited,
+					  .on_limited_data = w };
 		if ((rc = api_new(&ao, &w->api)))
 			return rc;
 	}
