@@ -932,9 +932,9 @@ int worker_start(struct worker *w)
 	if (w->o.http_max_connections)
 		hc.max_connections = w->o.http_max_connections;
 	const struct http_route routes[] = {
-		{ "GET", "/healthz", 0, healthz, w },
-		{ "GET", "/readyz", 0, readyz, w },
-		{ "POST", EVENTS_PATH, EVENTS_BODY_MAX, provider_events, w },
+		{ "GET", "/healthz", 0, healthz, w, false },
+		{ "GET", "/readyz", 0, readyz, w, false },
+		{ "POST", EVENTS_PATH, EVENTS_BODY_MAX, provider_events, w, false },
 	};
 	if ((rc = http_server_new(w->loop, &hc, routes, sizeof(routes) / sizeof(routes[0]),
 				  &w->http))) {

@@ -233,13 +233,19 @@ static struct fixture *start(void (*tune)(struct http_server_config *))
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct http_server_config cfg;
 	const struct http_route routes[] = {
-		{ "GET", "/hello", 0, h_hello, f },	     { "POST", "/echo", 1024, h_echo, f },
-		{ "POST", "/big", 1 << 20, h_echo, f },	     { "GET", "/items/{id}", 0, h_item, f },
-		{ "DELETE", "/items/{id}", 0, h_item, f },   { "GET", "/slow/{ms}", 0, h_slow, f },
-		{ "POST", "/hold", 64, h_hold, f },	     { "GET", "/held", 0, h_held, f },
-		{ "POST", "/path", 1024, h_path, f },	     { "HEAD", "/hello", 0, h_hello, f },
-		{ "GET", "/status/{code}", 0, h_status, f }, { "GET", "/blob", 0, h_blob, f },
-		{ "GET", "/stats", 0, h_stats, f },
+		{ "GET", "/hello", 0, h_hello, f, false },
+		{ "POST", "/echo", 1024, h_echo, f, false },
+		{ "POST", "/big", 1 << 20, h_echo, f, false },
+		{ "GET", "/items/{id}", 0, h_item, f, false },
+		{ "DELETE", "/items/{id}", 0, h_item, f, false },
+		{ "GET", "/slow/{ms}", 0, h_slow, f, false },
+		{ "POST", "/hold", 64, h_hold, f, false },
+		{ "GET", "/held", 0, h_held, f, false },
+		{ "POST", "/path", 1024, h_path, f, false },
+		{ "HEAD", "/hello", 0, h_hello, f, false },
+		{ "GET", "/status/{code}", 0, h_status, f, false },
+		{ "GET", "/blob", 0, h_blob, f, false },
+		{ "GET", "/stats", 0, h_stats, f, false },
 	};
 
 	http_server_config_defaults(&cfg);
