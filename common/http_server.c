@@ -316,11 +316,18 @@ static bool conn_can_read(struct http_conn *c)
 	       (c->cur || c->queued < c->srv->cfg.max_pipelined);
 }
 
-/* Feeds input to llhttp. Requests are handed to their handlers from the callbacks. */
+/* Feeds input to llhttp. Requests are handed to their handlers from the callbacks. llhttp runs
+ * at least once, even without input: a parser paused by a stream consumer may owe the end of a
+ * message that needs no more bytes (on_message_complete). */
 static void conn_parse(struct http_conn *c, const char *data, size_t len)
 {
+	bool once = true;
+
+	if (!data)
+		data = "";
 	c->in_parse = true;
-	while (len > 0 && !c->closing && !c->close_after) {
+	while ((len > 0 || once) && !c->closing && !c->close_after) {
+		once = false;
 		if (chunk_crlf_check(c, data, data + len)) {
 			conn_fail(c, 400, "bad_request", "A chunk's data is not followed by CRLF.");
 			break;
@@ -369,8 +376,7 @@ static void conn_resume(struct http_conn *c)
 	c->pending = NULL;
 	c->pending_len = 0;
 	c->paused = false;
-	if (n)
-		conn_parse(c, p, n);
+	conn_parse(c, p, n);
 	free(p);
 	if (!c->paused && !c->close_after && !c->closing && !c->shutting)
 		uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
