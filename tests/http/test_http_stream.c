@@ -27,13 +27,13 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#define WAIT_MS	    20000 /* socket receive timeout: only reached when something is broken */
-#define BODY_TO_MS  300	  /* the fixture's body_timeout_ms */
-#define LINGER_MS   300	  /* the fixture's linger_ms */
-#define READ_BUF    65536 /* the server's read buffer (HTTP_READ_BUF) */
-#define STREAM_MAX  (64u << 20)
-#define SMALL_MAX   1000
-#define NO_STATUS   1 /* f->status before the consumer's last call */
+#define WAIT_MS	   20000 /* socket receive timeout: only reached when something is broken */
+#define BODY_TO_MS 300	 /* the fixture's body_timeout_ms */
+#define LINGER_MS  300	 /* the fixture's linger_ms */
+#define READ_BUF   65536 /* the server's read buffer (HTTP_READ_BUF) */
+#define STREAM_MAX (64u << 20)
+#define SMALL_MAX  1000
+#define NO_STATUS  1 /* f->status before the consumer's last call */
 
 struct fixture {
 	uv_loop_t loop;
@@ -44,13 +44,13 @@ struct fixture {
 	pthread_t thread;
 	struct http_request *held;  /* /late: its body not read yet (loop thread only) */
 	struct http_request *gated; /* /gate: paused at its first piece (loop thread only) */
-	uv_timer_t resume;	   /* /pausing: resumes the consumer on the next loop turn */
+	uv_timer_t resume;	    /* /pausing: resumes the consumer on the next loop turn */
 	struct http_request *paused;
-	atomic_int status;	 /* the consumer's last status (NO_STATUS before it) */
-	atomic_ullong bytes;	 /* body bytes the consumer got */
-	atomic_ullong pieces;	 /* calls with data */
-	atomic_ullong max_piece; /* the largest piece */
-	atomic_int handed;	 /* stream handlers called */
+	atomic_int status;	    /* the consumer's last status (NO_STATUS before it) */
+	atomic_ullong bytes;	    /* body bytes the consumer got */
+	atomic_ullong pieces;	    /* calls with data */
+	atomic_ullong max_piece;    /* the largest piece */
+	atomic_int handed;	    /* stream handlers called */
 	atomic_int drain_body_read; /* http_request_body_read() after the drain (on /late) */
 	atomic_int bad;		    /* checks that failed on the loop thread */
 	uint64_t sum;		    /* checksum of the body (loop thread) */
@@ -66,12 +66,12 @@ static uint64_t mono_ms(void)
 
 /* ---- handlers (loop thread: no cmocka assert there, it would jump across threads) ---- */
 
-#define CHECK(f, cond)                                                                         \
-	do {                                                                                   \
-		if (!(cond)) {                                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-			atomic_fetch_add(&(f)->bad, 1);                                        \
-		}                                                                              \
+#define CHECK(f, cond)                                                                             \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);   \
+			atomic_fetch_add(&(f)->bad, 1);                                            \
+		}                                                                                  \
 	} while (0)
 
 static void h_hello(struct http_request *req, void *data)
@@ -580,8 +580,8 @@ static void stream_early_answer_keeps_pipeline(void **state)
 
 	memset(body, 'z', sizeof(body));
 	/* Content-Length, the body and a request behind it in one send. */
-	snprintf(head, sizeof(head), "POST /auth HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n",
-		 sizeof(body));
+	snprintf(head, sizeof(head),
+		 "POST /auth HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", sizeof(body));
 	send_str(fd, head);
 	assert_int_equal(raw_send(fd, body, sizeof(body)), 0);
 	send_str(fd, "GET /hello HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -674,8 +674,8 @@ static void stream_read_later(void **state)
 	char head[128];
 	int fd = conn(f);
 
-	snprintf(head, sizeof(head), "POST /late HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n",
-		 len);
+	snprintf(head, sizeof(head),
+		 "POST /late HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", len);
 	send_str(fd, head);
 	/* Part of the body, which stays in the socket: not read, no 408 after 3 body timeouts. */
 	assert_int_equal(raw_send(fd, body, len / 2), 0);
@@ -755,8 +755,8 @@ static void stream_pause_holds_timer(void **state)
 
 	/* A fixed send buffer: the socket buffers fill with a fraction of the body. */
 	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
-	snprintf(head, sizeof(head), "POST /gate HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n",
-		 len);
+	snprintf(head, sizeof(head),
+		 "POST /gate HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", len);
 	send_str(fd, head);
 	/* Send until the socket buffers are full: the server does not read while paused. */
 	uint64_t end = mono_ms() + WAIT_MS;
