@@ -439,6 +439,7 @@ size_t api_routes(struct api *a, struct http_route *out, size_t cap)
 		out[i] = (struct http_route){ .method = d->method,
 					      .pattern = d->pattern,
 					      .max_body = d->max_body,
+					      .stream = d->stream,
 					      .handler = on_request,
 					      .data = &a->bindings[i] };
 	}

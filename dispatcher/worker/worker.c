@@ -509,8 +509,8 @@ static void provider_events(struct http_request *req, void *data)
 static size_t operator_routes(struct worker *w, struct http_route *r, size_t max)
 {
 	const struct http_route routes[] = {
-		{ "GET", "/metrics", 0, wmetrics_handler, w->metrics },
-		{ "GET", "/healthz", 0, healthz, w },
+		{ "GET", "/metrics", 0, wmetrics_handler, w->metrics, false },
+		{ "GET", "/healthz", 0, healthz, w, false },
 	};
 	size_t n = sizeof(routes) / sizeof(routes[0]);
 
