@@ -77,10 +77,11 @@ static void backlog(const char *org, const char *cmp, int n)
 			"INSERT INTO batches (id, org_id, campaign_id, name, total_contacts)"
 			" VALUES ('b-%s', '%s', '%s', 'b', %d)",
 			cmp, org, cmp, n));
-	PQclear(api_sql(db,
-			"INSERT INTO contacts (org_id, campaign_id, batch_id, phone) SELECT '%s', "
-			"'%s', 'b-%s', '+1557' || lpad(g::text, 7, '0') FROM generate_series(1, %d) g",
-			org, cmp, cmp, n));
+	PQclear(api_sql(
+		db,
+		"INSERT INTO contacts (org_id, campaign_id, batch_id, phone) SELECT '%s', "
+		"'%s', 'b-%s', '+1557' || lpad(g::text, 7, '0') FROM generate_series(1, %d) g",
+		org, cmp, cmp, n));
 }
 
 static int capacity(const char *key, const char *campaign, cJSON **out, struct raw_response *r)
@@ -266,7 +267,8 @@ static void refusals_move(void **state)
 	assert_true(gen[0]);
 	assert_int_equal(gate_set_generation(env.g, gen), 0);
 	/* B at its floor, A short of 3 on 17 of 20: B is refused at the fair-share level. */
-	struct admit_out o = genv_admit(&env, "org-doc", "00000000-0000-4000-8000-000000000001", "B");
+	struct admit_out o =
+		genv_admit(&env, "org-doc", "00000000-0000-4000-8000-000000000001", "B");
 	assert_int_equal(o.status, 0);
 	assert_int_equal(o.r.outcome, GATE_REFUSED);
 	o = genv_admit(&env, "org-doc", "00000000-0000-4000-8000-000000000002", "B");
@@ -327,9 +329,10 @@ static int setup(void **state)
 	db = fixture_pg(&svc);
 
 	api_make_org(db, "org-doc", 20, NULL);
-	PQclear(api_sql(db, "INSERT INTO campaigns (id, org_id, agent_id, name, "
-			    "max_concurrent_calls) VALUES ('A', 'org-doc', 'org-doc-agent', 'A', 50),"
-			    " ('B', 'org-doc', 'org-doc-agent', 'B', NULL)"));
+	PQclear(api_sql(db,
+			"INSERT INTO campaigns (id, org_id, agent_id, name, "
+			"max_concurrent_calls) VALUES ('A', 'org-doc', 'org-doc-agent', 'A', 50),"
+			" ('B', 'org-doc', 'org-doc-agent', 'B', NULL)"));
 	live_calls("org-doc", "A", 7, 5, 10);
 	live_calls("org-doc", "B", 10, 5, 10);
 	backlog("org-doc", "A", 500);
@@ -371,12 +374,9 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(source_example),
-		cmocka_unit_test(not_found_and_unauthorized),
-		cmocka_unit_test(floor_eta),
-		cmocka_unit_test(paused_and_enforcement_off),
-		cmocka_unit_test(refusals_move),
-		cmocka_unit_test(postgres_fallback),
+		cmocka_unit_test(source_example), cmocka_unit_test(not_found_and_unauthorized),
+		cmocka_unit_test(floor_eta),	  cmocka_unit_test(paused_and_enforcement_off),
+		cmocka_unit_test(refusals_move),  cmocka_unit_test(postgres_fallback),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
