@@ -18,13 +18,13 @@
 
 /* One event, validated. */
 struct events_event {
-	char call[37];				/* idempotency_key lower-cased: our call id */
-	char pcid[EVENTS_PROVIDER_ID_MAX + 1];	/* the provider's call id (call_id) */
-	char status[16];			/* one of the seven statuses */
-	int32_t seq;				/* sequence, 0..INT32_MAX */
-	bool has_time;				/* occurred_at was given (not null) */
-	bool terminal;				/* completed, failed, no-answer, busy, canceled */
-	int64_t occ_us;				/* occurred_at, µs since the epoch (>= 0) */
+	char call[37];			       /* idempotency_key lower-cased: our call id */
+	char pcid[EVENTS_PROVIDER_ID_MAX + 1]; /* the provider's call id (call_id) */
+	char status[16];		       /* one of the seven statuses */
+	int32_t seq;			       /* sequence, 0..INT32_MAX */
+	bool has_time;			       /* occurred_at was given (not null) */
+	bool terminal;			       /* completed, failed, no-answer, busy, canceled */
+	int64_t occ_us;			       /* occurred_at, µs since the epoch (>= 0) */
 };
 
 /* Parses and validates body (len bytes, need not be NUL-terminated) into *out. Returns 0, or

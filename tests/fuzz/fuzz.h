@@ -12,13 +12,13 @@
 /* Runs one input (size bytes at data, borrowed for the call). Returns 0. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define FUZZ_CHECK(cond)                                                                     \
-	do {                                                                                 \
-		if (!(cond)) {                                                               \
-			fprintf(stderr, "%s:%d: property broken: %s\n", __FILE__, __LINE__,  \
-				#cond);                                                      \
-			abort();                                                             \
-		}                                                                            \
+#define FUZZ_CHECK(cond)                                                                           \
+	do {                                                                                       \
+		if (!(cond)) {                                                                     \
+			fprintf(stderr, "%s:%d: property broken: %s\n", __FILE__, __LINE__,        \
+				#cond);                                                            \
+			abort();                                                                   \
+		}                                                                                  \
 	} while (0)
 
 #endif

@@ -18,8 +18,8 @@
 
 static void check_event(const struct events_event *e)
 {
-	static const char *const st[] = { "ringing", "answered",  "completed", "failed",
-					  "no-answer", "busy", "canceled" };
+	static const char *const st[] = { "ringing",   "answered", "completed", "failed",
+					  "no-answer", "busy",	   "canceled" };
 	size_t i, n;
 
 	FUZZ_CHECK(strlen(e->call) == 36);

@@ -52,7 +52,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	 * control characters are refused already). */
 	FUZZ_CHECK(memchr(data, 0, size) == NULL);
 	for (size_t i = 0; i < size; i++)
-		FUZZ_CHECK(data[i] >= 0x20 || data[i] == '\t' || data[i] == '\r' || data[i] == '\n');
+		FUZZ_CHECK(data[i] >= 0x20 || data[i] == '\t' || data[i] == '\r' ||
+			   data[i] == '\n');
 	read_ints(j, 0);
 	out = cJSON_PrintUnformatted(j);
 	cJSON_Delete(j);
