@@ -3,16 +3,16 @@
  * run` on a private PostgreSQL and Redis with the provider stub holding calls (hold mode).
  * Batches and contacts are seeded in SQL.
  *
- *  - control_mid_run: o1 (2 lines) dials b1 (c1, 20 contacts) and b3 (c3, 40). With both lines
+ *  - control_mid_run: o1 (2 lines) dials b1 (c1, 20 contacts) and b3 (c3, 200). With both lines
  *    held and contacts of b1 claimed (waiting for a line), pause b1: its claimed contacts come
  *    back (held) well before the slot wait (120 s here) or the lease (900 s) could bring them;
- *    its pending ones are held; the counts add up to 20. The held calls end: b1's in-flight
- *    calls finish (done), the freed lines go to b3 only — twice (cycles observed through the
- *    stub, not by sleeping). Resume: b1 is dialled again. Stop: b1's claimed contacts come back
- *    cancelled, every undialled one is cancelled, two more rounds of lines go to b3 only.
- *    Transitions: stop again 200 (idempotent), pause / resume of a stopped batch 409, pause of
- *    a paused batch 200, resume of an active one 200, everything on a completed batch (b4)
- *    409. Another organisation's batch is 404 on every route, both ways.
+ *    its pending ones are held; the counts add up. The held calls end: b1's in-flight calls
+ *    finish (done), two rounds of freed lines go to b3 only (observed through the stub). Stop
+ *    b3 mid-run: its claimed contacts come back cancelled at once, nothing is dialled after.
+ *    A fresh worker: resume b1, it is dialled again; stop it: every undialled contact
+ *    cancelled, nothing dialled after. Transitions: repeats are 200 (idempotent), pause /
+ *    resume of a stopped batch 409, everything on a completed batch (b4) 409. Another
+ *    organisation's batch is 404 on every route, both ways; 401 without a key.
  *  - list_pages: o3's 205 batches (pairs created in the same microsecond) walked with limit 100
  *    (the max: 100 + 100 + 5, newest first, each once, ties broken by id), 99 (below), 101
  *    (above: 400), 0, non-numbers, unknown and repeated parameters, bad cursors (400);
@@ -67,9 +67,10 @@ static void wait_placed(int n)
 	while (wproc_stat(&stub, "calls_placed") < n) {
 		if (fixture_now_ms() - t0 > WAIT_MS) {
 			char *st = wproc_stub_http(&stub, "/stats", NULL), cmd[512];
-			PGresult *r = api_sql(db, "SELECT string_agg(batch_id || ':' || state || '=' ||"
-						  " n, ' ') FROM (SELECT batch_id, state, count(*) n"
-						  " FROM contacts GROUP BY 1, 2) x");
+			PGresult *r =
+				api_sql(db, "SELECT string_agg(batch_id || ':' || state || '=' ||"
+					    " n, ' ') FROM (SELECT batch_id, state, count(*) n"
+					    " FROM contacts GROUP BY 1, 2) x");
 			print_message("contacts: %s\n", PQgetvalue(r, 0, 0));
 			PQclear(r);
 			snprintf(cmd, sizeof(cmd),
@@ -79,7 +80,8 @@ static void wait_placed(int n)
 				 strstr(svc.redis_url, "unix://") + 7);
 			if (system(cmd) != 0)
 				print_message("no redis-cli\n");
-			fail_msg("%d calls never placed: ended %lld, contacts claimed %lld, stub %.600s",
+			fail_msg("%d calls never placed: ended %lld, contacts claimed %lld, stub "
+				 "%.600s",
 				 n, sql_int("SELECT count(*) FROM calls WHERE state = 'ended'"),
 				 sql_int("SELECT count(*) FROM contacts WHERE state = 'claimed'"),
 				 st);
@@ -108,7 +110,8 @@ static int ctl(const char *batch, const char *verb, const char *key, char *statu
 	snprintf(path, sizeof(path), "/v2/batches/%s/%s", batch, verb);
 	int st = call("POST", path, key, &j);
 	if (status_out)
-		snprintf(status_out, 32, "%s", st == 200 ? api_str(j, "status") : api_str(j, "error"));
+		snprintf(status_out, 32, "%s",
+			 st == 200 ? api_str(j, "status") : api_str(j, "error"));
 	cJSON_Delete(j);
 	return st;
 }
@@ -135,7 +138,7 @@ static cJSON *get_batch(const char *batch, int contacts)
 	snprintf(path, sizeof(path), "/v2/batches/%s", batch);
 	assert_int_equal(call("GET", path, k1, &j), 200);
 	assert_string_equal(api_str(j, "id"), batch);
-	static const char *const st[] = { "pending", "claimed", "dialing", "live",
+	static const char *const st[] = { "pending", "claimed", "dialing",   "live",
 					  "done",    "failed",	"cancelled", "held" };
 	double sum = 0;
 	for (int i = 0; i < 8; i++) {
@@ -378,13 +381,13 @@ static void list_pages(void **state)
 	static const struct {
 		const char *q, *word;
 	} bad[] = {
-		{ "?limit=101", "limit" },	   { "?limit=0", "limit" },
-		{ "?limit=-1", "limit" },	   { "?limit=1x", "limit" },
-		{ "?limit=", "limit" },		   { "?limit=1000000000000", "limit" },
-		{ "?limit=5&limit=5", "twice" },   { "?page=2", "page" },
-		{ "?status=running", "status" },   { "?campaign_id=c%201", "campaign_id" },
-		{ "?cursor=abc", "cursor" },	   { "?cursor=123.", "cursor" },
-		{ "?cursor=.l001", "cursor" },	   { "?cursor=12x.l001", "cursor" },
+		{ "?limit=101", "limit" },	 { "?limit=0", "limit" },
+		{ "?limit=-1", "limit" },	 { "?limit=1x", "limit" },
+		{ "?limit=", "limit" },		 { "?limit=1000000000000", "limit" },
+		{ "?limit=5&limit=5", "twice" }, { "?page=2", "page" },
+		{ "?status=running", "status" }, { "?campaign_id=c%201", "campaign_id" },
+		{ "?cursor=abc", "cursor" },	 { "?cursor=123.", "cursor" },
+		{ "?cursor=.l001", "cursor" },	 { "?cursor=12x.l001", "cursor" },
 		{ "?cursor=1.l%2a", "cursor" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
