@@ -12,8 +12,11 @@
  *                            missing and unknown fields: 400/422 naming the field, no dial;
  *                            another organisation's or an unknown agent: 404;
  *   get_one_not_found        another organisation's call, a random uuid, not a uuid: 404;
+ *   post_client_gone         a client gone mid-wait: the dial waits out its 5 s (the server
+ *                            has no callback for it), nothing placed, the worker serves on;
  *   list_pages_and_filters   newest first, keyset pages (ties broken by id), limit at, below
- *                            and above its bounds, the filters, bad parameters: 422.
+ *                            and above its bounds, the filters, bad parameters: 422;
+ *   drain_answers_503        SIGTERM while a dial waits: 503, Retry-After: 1, exit 0.
  * Every answer from the API carries X-RateLimit-Limit/-Remaining/-Reset (checked in req()). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -47,8 +50,8 @@ static void limit_headers(const struct raw_response *r, const char *limit)
 }
 
 /* One request with key; checks the status and the rate-limit headers; fills *r. */
-static void req(const char *method, const char *path, const char *key, const char *body,
-		int status, struct raw_response *r)
+static void req(const char *method, const char *path, const char *key, const char *body, int status,
+		struct raw_response *r)
 {
 	int st = api_request(w1.port, method, path, key, NULL, body, r);
 
@@ -100,8 +103,8 @@ static void post_free_line_then_get(void **state)
 	char path[96];
 
 	(void)state;
-	req("POST", "/v2/calls", ka, "{\"agent_id\":\"oa-agent\",\"to_number\":\"+1 (415) 555-0100\"}",
-	    201, &r);
+	req("POST", "/v2/calls", ka,
+	    "{\"agent_id\":\"oa-agent\",\"to_number\":\"+1 (415) 555-0100\"}", 201, &r);
 	print_message("201: %s\n", r.body);
 	cJSON *j = api_body(&r);
 	snprintf(first_call, sizeof(first_call), "%s", api_str(j, "id"));
@@ -109,7 +112,7 @@ static void post_free_line_then_get(void **state)
 	const char *st = api_str(j, "state");
 	assert_true(!strcmp(st, "dialing") || !strcmp(st, "live"));
 	assert_string_equal(api_str(j, "agent_id"), "oa-agent");
-	assert_string_equal(api_str(j, "to_number"), "+14155550100"); /* normalised */
+	assert_string_equal(api_str(j, "to_number"), "+14155550100");	/* normalised */
 	assert_string_equal(api_str(j, "from_number"), "+15550000001"); /* the agent's */
 	assert_true(cJSON_IsTrue(cJSON_GetObjectItem(j, "direct")));
 	assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "campaign_id")));
@@ -199,6 +202,56 @@ static void post_freed_line_placed(void **state)
 	assert_int_equal(waiting("oa"), 0);
 }
 
+/* Sends a POST /v2/calls for oa without reading its answer; returns the socket. */
+static int post_oa_async(const char *to)
+{
+	char head[512], body[128];
+	int fd = raw_connect(w1.port, API_WAIT_MS);
+
+	assert_true(fd >= 0);
+	snprintf(body, sizeof(body), "{\"agent_id\":\"oa-agent\",\"to_number\":\"%s\"}", to);
+	snprintf(head, sizeof(head),
+		 "POST /v2/calls HTTP/1.1\r\nHost: t\r\nConnection: close\r\nAuthorization: "
+		 "Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n",
+		 ka, strlen(body));
+	assert_int_equal(raw_send_str(fd, head), 0);
+	assert_int_equal(raw_send_str(fd, body), 0);
+	return fd;
+}
+
+static void until_waiting(const char *org, long long k)
+{
+	long long deadline = fixture_now_ms() + API_WAIT_MS;
+
+	while (waiting(org) != k) {
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(20);
+	}
+}
+
+/* The server does not tell a handler that its client left (README "Calls"): the dial waits out
+ * its 5 s and is withdrawn then; no call is placed for a full org, the worker serves on. */
+static void post_client_gone(void **state)
+{
+	struct raw_response r;
+
+	(void)state;
+	long long t0 = fixture_now_ms();
+	int fd = post_oa_async("+14155550104");
+	until_waiting("oa", 1);
+	raw_close_reset(fd);
+	until_waiting("oa", 0);
+	long long took = fixture_now_ms() - t0;
+	print_message("client gone: the waiter left after %lld ms\n", took);
+	assert_true(took >= 4500);
+	assert_int_equal(sql_int("SELECT count(*) FROM calls WHERE org_id = 'oa' AND to_number = "
+				 "'%s'",
+				 "+14155550104"),
+			 0);
+	req("GET", "/v2/calls?limit=1", ka, NULL, 200, &r);
+	raw_response_free(&r);
+}
+
 static void post_bad_bodies(void **state)
 {
 	static const struct {
@@ -207,9 +260,11 @@ static void post_bad_bodies(void **state)
 		const char *says;
 	} cases[] = {
 		{ "{\"agent_id\":\"ob-agent\",\"to_number\":\"+14155550100\"}x", 400, "trailing" },
-		{ "{\"agent_id\":\"ob-agent\",\"agent_id\":\"ob-agent\",\"to_number\":\"+14155550100\"}",
+		{ "{\"agent_id\":\"ob-agent\",\"agent_id\":\"ob-agent\",\"to_number\":\"+"
+		  "14155550100\"}",
 		  400, "agent_id" },
-		{ "{\"agent_id\":\"ob-agent\",\"to_number\":\"+1415\\u00005550100\"}", 400, "byte" },
+		{ "{\"agent_id\":\"ob-agent\",\"to_number\":\"+1415\\u00005550100\"}", 400,
+		  "byte" },
 		{ "", 400, "" },
 		{ "{\"agent_id\":\"ob-agent\",\"to_number\":14155550100}", 422, "to_number" },
 		{ "{\"agent_id\":\"ob-agent\",\"to_number\":\"4155550100\"}", 422, "to_number" },
@@ -218,10 +273,11 @@ static void post_bad_bodies(void **state)
 		{ "{\"to_number\":\"+14155550100\"}", 422, "agent_id" },
 		{ "{\"agent_id\":7,\"to_number\":\"+14155550100\"}", 422, "agent_id" },
 		{ "{\"agent_id\":\"\",\"to_number\":\"+14155550100\"}", 422, "agent_id" },
-		{ "{\"agent_id\":\"ob-agent\",\"to_number\":\"+14155550100\",\"from_number\":\"x\"}",
+		{ "{\"agent_id\":\"ob-agent\",\"to_number\":\"+14155550100\",\"from_number\":"
+		  "\"x\"}",
 		  422, "from_number" },
-		{ "{\"agent_id\":\"ob-agent\",\"to_number\":\"+14155550100\",\"from_number\":5}", 422,
-		  "from_number" },
+		{ "{\"agent_id\":\"ob-agent\",\"to_number\":\"+14155550100\",\"from_number\":5}",
+		  422, "from_number" },
 		{ "{\"agent_id\":\"ob-agent\",\"to_number\":\"+14155550100\",\"priority\":1}", 422,
 		  "priority" },
 		{ "[\"ob-agent\",\"+14155550100\"]", 422, "object" },
@@ -285,8 +341,8 @@ static int pages(const char *query, int limit, char ids[][40], int cap)
 	int n = 0, p = 0;
 
 	for (;;) {
-		snprintf(path, sizeof(path), "/v2/calls?%s%slimit=%d%s%s", query, query[0] ? "&" : "",
-			 limit, cursor[0] ? "&cursor=" : "", cursor);
+		snprintf(path, sizeof(path), "/v2/calls?%s%slimit=%d%s%s", query,
+			 query[0] ? "&" : "", limit, cursor[0] ? "&cursor=" : "", cursor);
 		req("GET", path, kl, NULL, 200, &r);
 		cJSON *j = api_body(&r), *c;
 		assert_int_equal((int)api_num(j, "limit"), limit);
@@ -388,12 +444,18 @@ static void list_pages_and_filters(void **state)
 	static const struct {
 		const char *query, *says;
 	} bad[] = {
-		{ "limit=0", "limit" },		 { "limit=201", "limit" },
-		{ "limit=-1", "limit" },	 { "limit=abc", "limit" },
-		{ "limit=", "limit" },		 { "limit=1&limit=2", "twice" },
-		{ "state=bogus", "state" },	 { "campaign_id=a%20b", "campaign_id" },
-		{ "cursor=abc", "cursor" },	 { "cursor=12_not-a-uuid", "cursor" },
-		{ "page=2", "page" },		 { "batch_id=%zz", "batch_id" },
+		{ "limit=0", "limit" },
+		{ "limit=201", "limit" },
+		{ "limit=-1", "limit" },
+		{ "limit=abc", "limit" },
+		{ "limit=", "limit" },
+		{ "limit=1&limit=2", "twice" },
+		{ "state=bogus", "state" },
+		{ "campaign_id=a%20b", "campaign_id" },
+		{ "cursor=abc", "cursor" },
+		{ "cursor=12_not-a-uuid", "cursor" },
+		{ "page=2", "page" },
+		{ "batch_id=%zz", "batch_id" },
 		{ "agent_id=a%00b", "agent_id" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -406,6 +468,30 @@ static void list_pages_and_filters(void **state)
 		cJSON_Delete(j);
 		raw_response_free(&r);
 	}
+}
+
+/* Last: the drain (SIGTERM) answers a waiting dial 503 with Retry-After: 1, then exits 0. */
+static void drain_answers_503(void **state)
+{
+	struct raw_response r;
+	char v[16];
+
+	(void)state;
+	int fd = post_oa_async("+14155550105");
+	until_waiting("oa", 1);
+	kill(w1.pid, SIGTERM);
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	close(fd);
+	print_message("draining: %d %s\n", r.status, r.body);
+	assert_int_equal(r.status, 503);
+	limit_headers(&r, "601");
+	assert_non_null(raw_header(&r, "Retry-After", v, sizeof(v)));
+	assert_string_equal(v, "1");
+	assert_non_null(strstr(r.body, "\"error\":\"unavailable\""));
+	raw_response_free(&r);
+	assert_int_equal(fixture_wait(w1.pid), 0);
+	w1.pid = 0;
+	assert_int_equal(waiting("oa"), 0);
 }
 
 static int setup(void **state)
@@ -440,8 +526,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
 	(void)state;
-	if (w1.pid > 0)
-		api_worker_stop(&w1);
+	api_worker_kill(&w1); /* after a failure; drain_answers_503 stops it cleanly */
 	wproc_stub_stop(&stub);
 	PQfinish(db);
 	embedded_stop(&svc);
@@ -452,8 +537,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(post_free_line_then_get), cmocka_unit_test(post_full_org_429),
-		cmocka_unit_test(post_freed_line_placed),  cmocka_unit_test(post_bad_bodies),
-		cmocka_unit_test(get_one_not_found),	   cmocka_unit_test(list_pages_and_filters),
+		cmocka_unit_test(post_freed_line_placed),  cmocka_unit_test(post_client_gone),
+		cmocka_unit_test(post_bad_bodies),	   cmocka_unit_test(get_one_not_found),
+		cmocka_unit_test(list_pages_and_filters),  cmocka_unit_test(drain_answers_503),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
