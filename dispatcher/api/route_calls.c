@@ -31,7 +31,7 @@
 
 #define CALL_BODY_MAX	    4096
 #define CALL_LIST_DEFAULT   50
-#define CALL_LIST_MAX	    200
+#define CALL_LIST_MAX	    100
 #define CALL_UUID_LEN	    36
 #define CALL_QUERY_VALUE    96 /* the longest query value accepted, decoded */
 #define CALL_CURSOR_MAX	    64

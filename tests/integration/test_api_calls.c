@@ -399,8 +399,8 @@ static void list_pages_and_filters(void **state)
 		snprintf(want[i], 40, "%s", PQgetvalue(q, i, 0));
 	PQclear(q);
 
-	/* pages of 1 (below), 2, 4, 9 (exactly all), 200 (the maximum): the same order */
-	const int sizes[] = { 1, 2, 4, 9, 200 };
+	/* pages of 1 (the minimum), 2, 4, 9 (exactly all), 100 (the maximum): the same order */
+	const int sizes[] = { 1, 2, 4, 9, 100 };
 	for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
 		int n = pages("", sizes[s], ids, 64);
 		assert_int_equal(n, total);
@@ -434,7 +434,7 @@ static void list_pages_and_filters(void **state)
 	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "calls")), 0);
 	cJSON_Delete(j);
 	raw_response_free(&r);
-	req("GET", "/v2/calls?limit=200", kb, NULL, 200, &r); /* ob: its own call only */
+	req("GET", "/v2/calls?limit=100", kb, NULL, 200, &r); /* ob: its own call only */
 	j = api_body(&r);
 	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(j, "calls")), 1);
 	cJSON_Delete(j);
@@ -445,7 +445,7 @@ static void list_pages_and_filters(void **state)
 		const char *query, *says;
 	} bad[] = {
 		{ "limit=0", "limit" },
-		{ "limit=201", "limit" },
+		{ "limit=101", "limit" },
 		{ "limit=-1", "limit" },
 		{ "limit=abc", "limit" },
 		{ "limit=", "limit" },
