@@ -68,10 +68,11 @@ struct worker {
 	struct events *ev;     /* POST /provider/events */
 	struct sweep *sweep;   /* lease sweeper, maximum-duration sweep, retention */
 	struct http_server *http;
-	struct api *api;      /* the /v2 and /api routes; NULL in role worker */
-	uv_timer_t end_timer; /* closes call_end once the turn's requests are flushed */
-	unsigned parts;	      /* events / sweep closes not answered yet */
-	bool final;	      /* close_all() ran: close call_end once parts is 0 */
+	struct api *api;	      /* the /v2 and /api routes; NULL in role worker */
+	struct api_dialer api_dialer; /* issue10-calls: POST /v2/calls -> direct (below) */
+	uv_timer_t end_timer;	      /* closes call_end once the turn's requests are flushed */
+	unsigned parts;		      /* events / sweep closes not answered yet */
+	bool final;		      /* close_all() ran: close call_end once parts is 0 */
 	uv_signal_t sigterm, sigint;
 	uv_timer_t drain_timer;
 	bool draining, started;
@@ -1034,6 +1035,72 @@ static int build_jobs(struct worker *w)
 	return select_new(&so, &w->sel);
 }
 
+/* --- issue10-calls: POST /v2/calls's dialer (api.h struct api_dialer) over direct.h --- */
+struct api_dial {
+	struct direct_dial *dd;
+	api_dial_cb cb;
+	void *data;
+};
+
+static void api_dial_done(struct direct *d, const struct direct_dial_result *r, void *data)
+{
+	static const enum api_dial_outcome map[] = { [DIRECT_PLACED] = API_DIAL_PLACED,
+						     [DIRECT_BUSY] = API_DIAL_BUSY,
+						     [DIRECT_NOT_FOUND] = API_DIAL_NOT_FOUND,
+						     [DIRECT_UNAVAILABLE] = API_DIAL_UNAVAILABLE };
+	struct api_dial *x = data;
+	char body[DIRECT_BUSY_BODY_MAX];
+	struct api_dial_result ar = { .outcome = (unsigned)r->outcome < 4 ? map[r->outcome]
+									  : API_DIAL_UNAVAILABLE,
+				      .call = r->call,
+				      .state = r->state,
+				      .from = r->from,
+				      .retry_after_s = DIRECT_RETRY_AFTER_S,
+				      .message = r->message,
+				      .waited_ms = r->waited_ms };
+
+	(void)d;
+	if (r->outcome == DIRECT_BUSY &&
+	    direct_busy_body(r->running, r->limit, body, sizeof(body)) >= 0)
+		ar.busy_body = body;
+	x->cb(&ar, x->data);
+	free(x);
+}
+
+static int api_dial_submit(void *ctx, const struct api_dial_req *req, api_dial_cb cb, void *data,
+			   void **handle)
+{
+	struct worker *w = ctx;
+	struct direct_dial_req dr = { .org = req->org,
+				      .agent = req->agent,
+				      .to_number = req->to_number,
+				      .from_number = req->from_number };
+	struct api_dial *x;
+	int rc;
+
+	if (!w->direct || w->draining)
+		return -ESHUTDOWN;
+	if (!(x = calloc(1, sizeof(*x))))
+		return -ENOMEM;
+	x->cb = cb;
+	x->data = data;
+	if ((rc = direct_dial_submit(w->direct, &dr, api_dial_done, x, &x->dd))) {
+		free(x);
+		return rc;
+	}
+	*handle = x;
+	return 0;
+}
+
+static void api_dial_cancel(void *handle)
+{
+	struct api_dial *x = handle;
+
+	direct_dial_cancel(x->dd);
+	free(x);
+}
+/* --- end issue10-calls --- */
+
 int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **out)
 {
 	struct worker *w;
@@ -1090,6 +1157,11 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 					  .reg = w->reg,
 					  .on_limited = on_rate_limited,
 					  .on_limited_data = w };
+		/* issue10-calls: the direct dials of POST /v2/calls, placed by this process */
+		w->api_dialer = (struct api_dialer){ .ctx = w,
+						     .submit = api_dial_submit,
+						     .cancel = api_dial_cancel };
+		ao.dialer = &w->api_dialer;
 		if ((rc = api_new(&ao, &w->api)))
 			return rc;
 	}
