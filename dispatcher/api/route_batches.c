@@ -22,6 +22,7 @@
  */
 #include "api_int.h"
 
+#include "ident.h"
 #include "pg_pool.h"
 
 #include <libpq-fe.h>
@@ -112,19 +113,6 @@ static const struct {
 	[CTL_RESUME] = { "resume", SQL_TRANSITION("'paused'", "active", "'held'", "pending"),
 			 "active" },
 };
-
-static bool id_ok(const char *s)
-{
-	size_t n = s ? strlen(s) : 0;
-
-	if (n < 1 || n > 64)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
-		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
-			return false;
-	return true;
-}
 
 /* ---- one batch ---- */
 
@@ -227,7 +215,7 @@ static void get_batch(struct api_call *c)
 {
 	const char *id = http_request_param(c->req, "batch_id");
 
-	if (!id_ok(id)) { /* no batch has such an id */
+	if (!ident_ok(id)) { /* no batch has such an id */
 		api_not_found(c, "batch", id ? id : "");
 		return;
 	}
@@ -287,7 +275,7 @@ static void control(struct api_call *c, enum ctl k)
 	struct ctl_req *q;
 	int rc;
 
-	if (!id_ok(id)) {
+	if (!ident_ok(id)) {
 		api_not_found(c, "batch", id ? id : "");
 		return;
 	}
@@ -397,7 +385,7 @@ static int parse_list_query(const char *q, struct list_q *l, char *msg, size_t c
 			l->cursor_us[un] = '\0';
 			memcpy(l->cursor_id, dot + 1, in);
 			l->cursor_id[in] = '\0';
-			if (!id_ok(l->cursor_id)) {
+			if (!ident_ok(l->cursor_id)) {
 				snprintf(msg, cap,
 					 "Query parameter 'cursor' is not a cursor this API "
 					 "gave (next_cursor).");
@@ -417,7 +405,7 @@ static int parse_list_query(const char *q, struct list_q *l, char *msg, size_t c
 		}
 		l->rows = (unsigned)v;
 	}
-	if (l->has_campaign && !id_ok(l->campaign)) {
+	if (l->has_campaign && !ident_ok(l->campaign)) {
 		snprintf(msg, cap, "Query parameter 'campaign_id' is not a campaign id.");
 		return -EINVAL;
 	}

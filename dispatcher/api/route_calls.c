@@ -17,6 +17,7 @@
 #include "api_int.h"
 
 #include "e164.h"
+#include "ident.h"
 #include "json_strict.h"
 #include "log.h"
 #include "pg_pool.h"
@@ -65,32 +66,6 @@ static const char SQL_LIST[] = CALL_SELECT
 	"ORDER BY c.created_at DESC, c.id DESC LIMIT $8";
 
 /* ---- shared checks ---- */
-
-static bool id_ok(const char *s)
-{
-	size_t n = 0;
-
-	for (; s[n]; n++)
-		if (!((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') ||
-		      (s[n] >= '0' && s[n] <= '9') || s[n] == '_' || s[n] == '-'))
-			return false;
-	return n >= 1 && n < API_ID_SIZE;
-}
-
-/* A uuid in its 8-4-4-4-12 hex form (what calls.id prints). */
-static bool uuid_ok(const char *s)
-{
-	for (size_t i = 0; i < CALL_UUID_LEN; i++) {
-		bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-		char ch = s[i];
-
-		if (dash ? ch != '-'
-			 : !((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') ||
-			     (ch >= 'A' && ch <= 'F')))
-			return false;
-	}
-	return s[CALL_UUID_LEN] == '\0';
-}
 
 static void add_text(cJSON *o, const char *name, const PGresult *r, int row, int col)
 {
@@ -233,7 +208,7 @@ static int create_body(struct api_call *c, struct create *k)
 	if (number_field(c, to, "to_number", k->to) ||
 	    (from && number_field(c, from, "from_number", k->from)))
 		goto out;
-	if (!id_ok(agent->valuestring)) { /* no agent can have that id: as an unknown one */
+	if (!ident_ok(agent->valuestring)) { /* no agent can have that id: as an unknown one */
 		api_not_found(c, "agent", agent->valuestring);
 		goto out;
 	}
@@ -387,7 +362,7 @@ static void get_one(struct api_call *c)
 	struct one *o;
 	int rc;
 
-	if (!id || !uuid_ok(id)) { /* no call has that id: as an unknown one */
+	if (!id || !ident_uuid_ok(id)) { /* no call has that id: as an unknown one */
 		api_not_found(c, "call", id ? id : "");
 		return;
 	}
@@ -520,7 +495,7 @@ static int list_check(struct api_call *c, struct list *l)
 		}
 	}
 	for (int p = P_CAMPAIGN; p <= P_AGENT; p++)
-		if (l->set[p] && !id_ok(l->v[p])) {
+		if (l->set[p] && !ident_ok(l->v[p])) {
 			bad_param(c, params[p], "is not an id ([A-Za-z0-9_-], 1 to 64 characters)");
 			return -1;
 		}
@@ -540,7 +515,7 @@ static int list_check(struct api_call *c, struct list *l)
 	if (l->set[P_CURSOR]) { /* <microseconds>_<uuid>, as next_cursor gave it */
 		const char *cur = l->v[P_CURSOR], *us = strchr(cur, '_');
 		size_t n = us ? (size_t)(us - cur) : 0;
-		bool ok = n >= 1 && n <= 18 && uuid_ok(us + 1); /* 18 digits: a bigint */
+		bool ok = n >= 1 && n <= 18 && ident_uuid_ok(us + 1); /* 18 digits: a bigint */
 
 		for (size_t i = 0; ok && i < n; i++)
 			ok = cur[i] >= '0' && cur[i] <= '9';
