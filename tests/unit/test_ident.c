@@ -30,7 +30,7 @@ static void id_lengths(void **state)
 
 static void id_characters(void **state)
 {
-	static const char *const bad[] = { "a b", "a.b", "a/b",	 "a%2a", "é",  "a\tb", "a*",
+	static const char *const bad[] = { "a b", "a.b", "a/b", "a%2a", "é",	"a\tb",	 "a*",
 					   "a+",  "a:b", "a'b", "a\"b", "a\nb", "ab\x7f" };
 
 	(void)state;
