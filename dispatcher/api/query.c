@@ -68,7 +68,9 @@ static int unknown(const char *name, size_t n, const struct query_param *p, size
 	w = snprintf(msg, cap, "Query parameter '%s' is unknown: use ", s);
 	for (size_t i = 0; i < np && w >= 0 && (size_t)w < cap; i++)
 		w += snprintf(msg + w, cap - (size_t)w, "%s%s", p[i].name,
-			      i + 2 < np ? ", " : i + 1 < np ? " or " : ".");
+			      i + 2 < np   ? ", "
+			      : i + 1 < np ? " or "
+					   : ".");
 	return -EINVAL;
 }
 
@@ -95,7 +97,8 @@ int query_parse(const char *q, struct query_param *p, size_t n, char *msg, size_
 			if (i == n)
 				return unknown(name, strlen(name), p, n, msg, cap);
 			if (p[i].set) {
-				snprintf(msg, cap, "Query parameter '%s' is given twice.", p[i].name);
+				snprintf(msg, cap, "Query parameter '%s' is given twice.",
+					 p[i].name);
 				return -EINVAL;
 			}
 			p[i].set = true;
@@ -105,7 +108,8 @@ int query_parse(const char *q, struct query_param *p, size_t n, char *msg, size_
 			}
 			if (decode(v, (size_t)(q + len - v), p[i].value, sizeof(p[i].value))) {
 				snprintf(msg, cap,
-					 "Query parameter '%s' is not a valid value (a bad %% escape, "
+					 "Query parameter '%s' is not a valid value (a bad %% "
+					 "escape, "
 					 "a NUL, or longer than %d bytes).",
 					 p[i].name, QUERY_VALUE_MAX);
 				return -EINVAL;
@@ -127,8 +131,8 @@ static bool digits(const char *s, size_t n, size_t max)
 	return true;
 }
 
-int query_limit(const struct query_param *p, unsigned def, unsigned max, unsigned *out,
-		char *msg, size_t cap)
+int query_limit(const struct query_param *p, unsigned def, unsigned max, unsigned *out, char *msg,
+		size_t cap)
 {
 	unsigned long v = 0;
 
@@ -158,7 +162,8 @@ int query_cursor(const struct query_param *p, bool (*id_ok)(const char *), char 
 		return 0;
 	if (!dot || !digits(p->value, un, QUERY_US_SIZE - 1) || strlen(dot + 1) > IDENT_MAX ||
 	    !id_ok(dot + 1)) {
-		snprintf(msg, cap, "Query parameter '%s' is not a cursor this API gave (next_cursor).",
+		snprintf(msg, cap,
+			 "Query parameter '%s' is not a cursor this API gave (next_cursor).",
 			 p->name);
 		return -EINVAL;
 	}

@@ -38,8 +38,8 @@ int query_parse(const char *q, struct query_param *p, size_t n, char *msg, size_
 
 /* The page size of p (parsed): def when p is not set, else its value, which must be 1 to max
  * written in decimal digits alone. Returns 0 with *out set, or -EINVAL with msg. */
-int query_limit(const struct query_param *p, unsigned def, unsigned max, unsigned *out,
-		char *msg, size_t cap);
+int query_limit(const struct query_param *p, unsigned def, unsigned max, unsigned *out, char *msg,
+		size_t cap);
 
 /* A keyset cursor "<µs>.<id>" as query_cursor_format() wrote it: 1 to 18 digits, '.', then an
  * id that id_ok accepts (ident_ok, ident_uuid_ok). When p is set, splits it into us and id

@@ -96,8 +96,10 @@ static void value_length(void **state)
 
 static void limits(void **state)
 {
-	static const char *const bad[] = { "limit=0",  "limit=101", "limit=-1",	   "limit=+5",
-					   "limit=1x", "limit=abc", "limit=%201",  "limit=1000000000000",
+	static const char *const bad[] = { "limit=0",	 "limit=101",
+					   "limit=-1",	 "limit=+5",
+					   "limit=1x",	 "limit=abc",
+					   "limit=%201", "limit=1000000000000",
 					   "limit=1.5" };
 	struct query_param p[N];
 	unsigned v = 0;
@@ -124,11 +126,16 @@ static void limits(void **state)
 
 static void cursors(void **state)
 {
-	static const char *const bad[] = { "cursor=abc",     "cursor=123.",	"cursor=.l001",
-					   "cursor=12x.l001", "cursor=1.l%2a",	"cursor=1_l001",
+	static const char *const bad[] = { "cursor=abc",
+					   "cursor=123.",
+					   "cursor=.l001",
+					   "cursor=12x.l001",
+					   "cursor=1.l%2a",
+					   "cursor=1_l001",
 					   "cursor=1234567890123456789.l001" };
 	struct query_param p[N];
-	char cur[QUERY_CURSOR_MAX], q[128], msg[256], us[QUERY_US_SIZE] = "", id[IDENT_MAX + 1] = "";
+	char cur[QUERY_CURSOR_MAX], q[128], msg[256], us[QUERY_US_SIZE] = "",
+						      id[IDENT_MAX + 1] = "";
 	char longid[IDENT_MAX + 2];
 
 	(void)state;
@@ -172,8 +179,9 @@ static void cursors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(decodes),      cmocka_unit_test(refuses), cmocka_unit_test(value_length),
-		cmocka_unit_test(limits),	cmocka_unit_test(cursors),
+		cmocka_unit_test(decodes),	cmocka_unit_test(refuses),
+		cmocka_unit_test(value_length), cmocka_unit_test(limits),
+		cmocka_unit_test(cursors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
