@@ -46,21 +46,29 @@
 
 /* Columns 0..7: id, campaign_id, name, status, source, total_contacts, created_at, updated_at;
  * 8: created_at in µs since the epoch (the cursor). $1 org, $2 campaign_id or NULL, $3 status or
- * NULL, $4 cursor µs or NULL, $5 cursor id, $6 rows. */
+ * NULL, $4 cursor µs or NULL, $5 cursor id, $6 rows.
+ *
+ * One keyset walk of batches_org_list_idx, newest first, stopped by the LIMIT. A status filter
+ * is first the stored status (exact for paused and stopped; active for active and completed),
+ * so no contact is probed for a batch of another stored status; the derived test (one probe of
+ * contacts_batch_state_idx) runs only on stored-active batches when active or completed is
+ * asked. Bound (README "GET /v2/batches"): a page walks the organisation's batches older than
+ * the cursor until limit + 1 match. */
 static const char SQL_LIST[] =
-	"SELECT * FROM (SELECT b.id, b.campaign_id, b.name, " SQL_STATUS " AS status, b.source,"
-	" b.total_contacts, " SQL_TS("b.created_at") ", " SQL_TS(
+	"SELECT b.id, b.campaign_id, b.name, " SQL_STATUS
+	", b.source, b.total_contacts, " SQL_TS("b.created_at") ", " SQL_TS(
 		"b.updated_at") ","
-				" (extract(epoch FROM b.created_at) * 1000000)::bigint, "
-				"b.created_at AS ca"
-				" FROM batches b WHERE b.org_id = $1 AND ($2::text IS NULL OR "
-				"b.campaign_id = $2)"
+				" (extract(epoch FROM b.created_at) * 1000000)::bigint"
+				" FROM batches b WHERE b.org_id = $1"
+				" AND ($2::text IS NULL OR b.campaign_id = $2)"
+				" AND ($3::text IS NULL OR b.status = (CASE $3 WHEN "
+				"'completed' THEN 'active' ELSE $3 END)::batch_status)"
 				" AND ($4::bigint IS NULL OR (b.created_at, b.id) <"
-				" ('epoch'::timestamptz + $4::bigint * interval '1 microsecond', "
-				"$5::text))"
-				" ORDER BY b.created_at DESC, b.id DESC) l"
-				" WHERE $3::text IS NULL OR l.status = $3 ORDER BY l.ca DESC, l.id "
-				"DESC LIMIT $6";
+				" ('epoch'::timestamptz + $4::bigint * interval '1 "
+				"microsecond', $5::text))"
+				" AND ($3::text IS NULL OR $3 IN ('paused', 'stopped') OR "
+				"(" SQL_STATUS ") = $3)"
+				" ORDER BY b.created_at DESC, b.id DESC LIMIT $6";
 
 /* Columns 0..7 as SQL_LIST's; 8..15 contacts pending, claimed, dialing, live, done, failed,
  * cancelled, held; 16 the sum of attempts (calls that reached an outcome, D5). One pass over
