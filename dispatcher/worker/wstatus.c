@@ -342,8 +342,8 @@ struct jreq {
 struct jorg {
 	struct jreq *j;
 	char id[ID_MAX];
-	cJSON *obj;	     /* borrowed from j->orgs */
-	int row0, rows;	     /* its campaign rows in j->pg (rows 0: none) */
+	cJSON *obj;		    /* borrowed from j->orgs */
+	int row0, rows;		    /* its campaign rows in j->pg (rows 0: none) */
 	struct capacity_meta *meta; /* rows entries */
 };
 
@@ -400,22 +400,25 @@ static void add_history(struct jreq *j)
 		return;
 	/* the kept samples within the window, oldest first */
 	while (first < s->n) {
-		const struct sample *x = &s->ring[(s->head + WSTATUS_RING - s->n + first) % WSTATUS_RING];
+		const struct sample *x =
+			&s->ring[(s->head + WSTATUS_RING - s->n + first) % WSTATUS_RING];
 		if (x->t_ms + WSTATUS_WINDOW_MS >= now)
 			break;
 		first++;
 	}
 	for (unsigned k = first; k < s->n; k++)
 		cJSON_AddItemToArray(
-			t, cJSON_CreateNumber((double)s->ring[(s->head + WSTATUS_RING - s->n + k) %
-							      WSTATUS_RING]
-						      .t_ms));
+			t,
+			cJSON_CreateNumber(
+				(double)s->ring[(s->head + WSTATUS_RING - s->n + k) % WSTATUS_RING]
+					.t_ms));
 	for (int i = 0; i < WSTATUS_SERIES_MAX; i++) {
 		const struct series *x = &s->series[i];
 		bool any = false;
 		if (!x->used)
 			continue;
-		cJSON *o = cJSON_CreateObject(), *v = o ? cJSON_AddArrayToObject(o, "values") : NULL;
+		cJSON *o = cJSON_CreateObject(),
+		      *v = o ? cJSON_AddArrayToObject(o, "values") : NULL;
 		if (!v) {
 			cJSON_Delete(o);
 			continue;
@@ -590,8 +593,10 @@ static void stats_cb(struct gate *g, int status, const struct gate_stats *st, vo
 		const char *name;
 		enum fairshare_level level;
 	} levels[] = {
-		{ "system", FAIRSHARE_LEVEL_SYSTEM },	  { "organisation", FAIRSHARE_LEVEL_ORG },
-		{ "agent", FAIRSHARE_LEVEL_AGENT },	  { "campaign", FAIRSHARE_LEVEL_CAMPAIGN },
+		{ "system", FAIRSHARE_LEVEL_SYSTEM },
+		{ "organisation", FAIRSHARE_LEVEL_ORG },
+		{ "agent", FAIRSHARE_LEVEL_AGENT },
+		{ "campaign", FAIRSHARE_LEVEL_CAMPAIGN },
 		{ "fair_share", FAIRSHARE_LEVEL_FAIR_SHARE },
 	};
 	struct jorg *o = data;
@@ -603,11 +608,13 @@ static void stats_cb(struct gate *g, int status, const struct gate_stats *st, vo
 		cJSON *r = status ? NULL : cJSON_AddObjectToObject(o->obj, "refusals_last_minute");
 		if (r) {
 			for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++)
-				cJSON_AddNumberToObject(r, levels[i].name,
-							(double)st->minute.refused[levels[i].level]);
+				cJSON_AddNumberToObject(
+					r, levels[i].name,
+					(double)st->minute.refused[levels[i].level]);
 			cJSON_AddNumberToObject(o->obj, "admitted_last_minute",
 						(double)st->minute.admitted);
-			cJSON_AddNumberToObject(o->obj, "fcfs_last_minute", (double)st->minute.fcfs);
+			cJSON_AddNumberToObject(o->obj, "fcfs_last_minute",
+						(double)st->minute.fcfs);
 		} else {
 			cJSON_AddNullToObject(o->obj, "refusals_last_minute");
 		}
@@ -630,8 +637,9 @@ static void campaigns_from_pg(struct jorg *o)
 			break;
 		cJSON_AddItemToArray(arr, c);
 		cJSON_AddStringToObject(c, "id", PQgetvalue(pg, row, 2));
-		cJSON_AddStringToObject(c, "name", PQgetvalue(pg, row, 3)[0] ? PQgetvalue(pg, row, 3)
-									  : PQgetvalue(pg, row, 2));
+		cJSON_AddStringToObject(c, "name",
+					PQgetvalue(pg, row, 3)[0] ? PQgetvalue(pg, row, 3)
+								  : PQgetvalue(pg, row, 2));
 		cJSON_AddStringToObject(c, "state", state_name(o->meta[i].state));
 		cJSON_AddNumberToObject(c, "running", strtod(PQgetvalue(pg, row, 7), NULL));
 		cJSON_AddNumberToObject(c, "pending", strtod(PQgetvalue(pg, row, 6), NULL));
@@ -743,7 +751,8 @@ void wstatus_json(struct http_request *req, void *data)
 		cJSON_AddStringToObject(
 			j->root, "note",
 			"The gate is not in a usable redis mode: the campaigns are listed from "
-			"PostgreSQL (live calls and pending contacts); limits, the binding limit and "
+			"PostgreSQL (live calls and pending contacts); limits, the binding limit "
+			"and "
 			"refusals are the Redis gate's and are not shown, and no sample is taken.");
 	j->orgs = cJSON_AddArrayToObject(j->root, "organisations");
 	for (unsigned i = 0; i < l.n && j->orgs; i++) {
@@ -771,7 +780,9 @@ void wstatus_json(struct http_request *req, void *data)
 	for (unsigned i = 0; i < j->n_orgs; i++)
 		pgarr_text(&arr, j->o[i].id);
 	const char *lit = pgarr_end(&arr);
-	struct pg_query q = { .sql = SQL_ORGS, .nparams = 1, .values = (const char *const[]){ lit } };
+	struct pg_query q = { .sql = SQL_ORGS,
+			      .nparams = 1,
+			      .values = (const char *const[]){ lit } };
 	j->pending++;
 	rc = lit ? pg_pool_exec(worker_pool(s->w), PG_LANE_NORMAL, &q, pg_done, j) : -ENOMEM;
 	pgarr_free(&arr);

@@ -29,14 +29,14 @@
 struct worker;
 struct wstatus;
 
-#define WSTATUS_RING	       300    /* samples kept */
-#define WSTATUS_SERIES_MAX     128    /* campaigns charted */
-#define WSTATUS_SAMPLE_MS      1000   /* sample period while the page is watched */
-#define WSTATUS_IDLE_MS	       5000   /* sample period otherwise */
-#define WSTATUS_VIEW_HOLD_MS   60000  /* "watched": /status.json asked within this */
-#define WSTATUS_WINDOW_MS      300000 /* the chart's window: the samples /status.json sends */
-#define WSTATUS_ORGS_MAX       256    /* organisations read (the rest: "complete": false) */
-#define WSTATUS_CAMPAIGNS_MAX  500    /* campaigns listed per organisation (the rest counted) */
+#define WSTATUS_RING	      300    /* samples kept */
+#define WSTATUS_SERIES_MAX    128    /* campaigns charted */
+#define WSTATUS_SAMPLE_MS     1000   /* sample period while the page is watched */
+#define WSTATUS_IDLE_MS	      5000   /* sample period otherwise */
+#define WSTATUS_VIEW_HOLD_MS  60000  /* "watched": /status.json asked within this */
+#define WSTATUS_WINDOW_MS     300000 /* the chart's window: the samples /status.json sends */
+#define WSTATUS_ORGS_MAX      256    /* organisations read (the rest: "complete": false) */
+#define WSTATUS_CAMPAIGNS_MAX 500    /* campaigns listed per organisation (the rest counted) */
 
 /* Creates the page's state for w (borrowed: it must outlive it). Returns 0, -ENOMEM, -EINVAL. */
 int wstatus_new(struct worker *w, struct wstatus **out);

@@ -124,7 +124,8 @@ static void run_chromium(const char *url, const char *extra, const char *out, co
 	char cmd[4096];
 
 	snprintf(cmd, sizeof(cmd),
-		 "timeout 120 '%s' --headless=new --no-sandbox --disable-gpu --disable-dev-shm-usage "
+		 "timeout 120 '%s' --headless=new --no-sandbox --disable-gpu "
+		 "--disable-dev-shm-usage "
 		 "--no-first-run --disable-extensions --hide-scrollbars --user-data-dir='%s' "
 		 "--virtual-time-budget=5000 --window-size=1280,900 %s '%s' > '%s' 2>'%s.err'",
 		 chromium, profile, extra, url, out ? out : "/dev/null", profile);
@@ -205,7 +206,8 @@ static int history_points(const cJSON *j, const char *org, const char *campaign)
 
 	cJSON_ArrayForEach(s, cJSON_GetObjectItem(cJSON_GetObjectItem(j, "history"), "series"))
 	{
-		const cJSON *o = cJSON_GetObjectItem(s, "org"), *c = cJSON_GetObjectItem(s, "campaign");
+		const cJSON *o = cJSON_GetObjectItem(s, "org"),
+			    *c = cJSON_GetObjectItem(s, "campaign");
 		if (!cJSON_IsString(o) || !cJSON_IsString(c) || strcmp(o->valuestring, org) ||
 		    strcmp(c->valuestring, campaign))
 			continue;
@@ -309,8 +311,10 @@ static void status_page_in_chromium(void **state)
 	/* What the gate says now (the calls are held: nothing moves) */
 	a = get(op_port, "/metrics", NULL);
 	assert_int_equal(a.status, 200);
-	double run1 = sample(a.body, "dispatcher_campaign_slots_in_use{org=\"o1\",campaign=\"c1\"}");
-	double run2 = sample(a.body, "dispatcher_campaign_slots_in_use{org=\"o1\",campaign=\"c2\"}");
+	double run1 =
+		sample(a.body, "dispatcher_campaign_slots_in_use{org=\"o1\",campaign=\"c1\"}");
+	double run2 =
+		sample(a.body, "dispatcher_campaign_slots_in_use{org=\"o1\",campaign=\"c2\"}");
 	answer_free(&a);
 	assert_int_equal((int)(run1 + run2), 4);
 	assert_int_equal((int)run2, 1); /* its max_concurrent_calls */
@@ -336,7 +340,8 @@ static void status_page_in_chromium(void **state)
 	const struct {
 		const char *id, *name;
 		double running;
-	} want[] = { { "c1", "Spring renewals", run1 }, { "c2", "Winback", run2 },
+	} want[] = { { "c1", "Spring renewals", run1 },
+		     { "c2", "Winback", run2 },
 		     { "c3", "Paused survey", 0 } };
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		const cJSON *c = json_campaign(org, want[i].id);
@@ -375,8 +380,8 @@ static void status_page_in_chromium(void **state)
 	/* the DOM's count is the one of its own fetch; the gate's minute may have rolled since */
 	assert_true(atoi(buf) >= 0);
 	assert_non_null(strstr(dom, "data-level=\"fair_share\""));
-	assert_non_null(
-		cJSON_GetObjectItem(cJSON_GetObjectItem(org, "refusals_last_minute"), "organisation"));
+	assert_non_null(cJSON_GetObjectItem(cJSON_GetObjectItem(org, "refusals_last_minute"),
+					    "organisation"));
 	/* the chart: an SVG with a polyline per running campaign, several points each */
 	assert_non_null(strstr(dom, "<svg id=\"chart\""));
 	for (size_t i = 0; i < 2; i++) {
