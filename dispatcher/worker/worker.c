@@ -25,6 +25,7 @@
 #include "select.h"
 #include "sweep.h"
 #include "wmetrics.h"
+#include "wstatus.h" /* issue10-status */
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -93,7 +94,8 @@ struct worker {
 	struct operator* op;	  /* DISPATCHER_OPERATOR_LISTEN; NULL: off or not bound */
 	char op_host[256];
 	int op_port;
-	/* --- end operator listener --- */
+	struct wstatus *status; /* issue10-status: GET /status, /status.json and their samples */
+				/* --- end operator listener --- */
 };
 
 /* ---- events forwarded to the gate mode controller and the hand-off ---- */
@@ -523,6 +525,8 @@ static size_t operator_routes(struct worker *w, struct http_route *r, size_t max
 	const struct http_route routes[] = {
 		{ "GET", "/metrics", 0, wmetrics_handler, w->metrics, false },
 		{ "GET", "/healthz", 0, healthz, w, false },
+		{ "GET", "/status", 0, wstatus_page, w->status, false },      /* issue10-status */
+		{ "GET", "/status.json", 0, wstatus_json, w->status, false }, /* issue10-status */
 	};
 	size_t n = sizeof(routes) / sizeof(routes[0]);
 
@@ -567,6 +571,7 @@ static void operator_start(struct worker *w)
 	}
 	log_info(LOG_MAIN, "operator listener on %s:%d%s", w->op_host, operator_port(w->op),
 		 w->o.admin_token && w->o.admin_token[0] ? " (admin token required)" : "");
+	wstatus_start(w->status); /* issue10-status: the chart's samples, only with a listener */
 }
 
 static int parse_operator_listen(struct worker *w)
@@ -763,6 +768,7 @@ static void close_all(struct worker *w)
 	if (w->op) /* --- operator listener (issue 10) --- */
 		operator_close(w->op, NULL, NULL);
 	w->op = NULL;
+	wstatus_stop(w->status); /* issue10-status: the sampler's timer */
 	if (w->started) {
 		uv_close((uv_handle_t *)&w->sigterm, closed_noop);
 		uv_close((uv_handle_t *)&w->sigint, closed_noop);
@@ -1140,6 +1146,12 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 		free(w);
 		return rc;
 	}
+	if ((rc = wstatus_new(w, &w->status))) { /* issue10-status */
+		wmetrics_free(w->metrics);
+		free(w->schema_names);
+		free(w);
+		return rc;
+	}
 	uv_timer_init(loop, &w->end_timer); /* closed by close_all(), last */
 	w->end_timer.data = w;
 	if ((rc = build_connections(w)) || (rc = build_jobs(w))) {
@@ -1280,6 +1292,7 @@ void worker_free(struct worker *w)
 	api_free(w->api);
 	redis_scripts_free(w->reg);
 	wmetrics_free(w->metrics);
+	wstatus_free(w->status); /* issue10-status: after gate_free() answered its reads */
 	free(w->schema_names);
 	free(w);
 }
