@@ -9,7 +9,10 @@
  *    its pending ones are held; the counts add up. The held calls end: b1's in-flight calls
  *    finish (done), two rounds of freed lines go to b3 only (observed through the stub). Stop
  *    b3 mid-run: its claimed contacts come back cancelled at once, nothing is dialled after.
- *    A fresh worker: resume b1, it is dialled again; stop it: every undialled contact
+ *    Before that, resume b1 while b3 holds both lines and the worker's two admissions wait
+ *    under c3: one call ends and b1 is dialled within RESUME_MS (migration 0016's notification
+ *    re-proposes the waiters; before, b1 waited for the slot wait). Same worker throughout:
+ *    pause and resume b1 again, it is dialled again; stop it: every undialled contact
  *    cancelled, nothing dialled after. Transitions: repeats are 200 (idempotent), pause /
  *    resume of a stopped batch 409, everything on a completed batch (b4) 409. Another
  *    organisation's batch is 404 on every route, both ways; 401 without a key.
