@@ -12,7 +12,9 @@
  * stopped: dispatcher/worker/select.h, select_dispatch_notify()); the call-row write refuses
  * any contact of a batch that is not active, so nothing of it is dialled after the commit but a
  * write already running. Calls in flight finish; their contact then goes to done / failed, or,
- * where it would be retried, to held (paused) or cancelled (stopped) — call_end.c.
+ * where it would be retried, to held (paused) or cancelled (stopped) — call_end.c. A resume
+ * NOTIFYs too (migration 0016): the workers re-propose their waiting admissions of the
+ * organisation once they have claimed the batch's contacts.
  *
  * Transitions: stop from active or paused (final); pause from active; resume from paused. The
  * same request again is a 200 that changes nothing (a retried request after a lost answer);
