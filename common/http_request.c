@@ -29,6 +29,11 @@ static int fail(llhttp_t *p, int status, const char *code, const char *msg)
 	return HPE_USER;
 }
 
+int parser_fail(llhttp_t *p, int status, const char *code, const char *msg)
+{
+	return fail(p, status, code, msg);
+}
+
 static int nomem(llhttp_t *p)
 {
 	return fail(p, 500, "internal", "The server ran out of memory.");
@@ -392,6 +397,8 @@ static int on_headers_complete(llhttp_t *p)
 		return fail(p, req->err_status, req->err_code, req->err_msg);
 	if (req->route && p->content_length > req->route->r.max_body && !(p->flags & F_CHUNKED))
 		return body_too_large(p);
+	if (req->route && req->route->r.stream && !req->err_status)
+		return stream_start(p, req, has_body); /* 100 Continue when its body is read */
 	if (req->route && has_body)
 		maybe_continue(c, req);
 	conn_arm(c, c->srv->cfg.body_timeout_ms);
@@ -419,12 +426,18 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
 {
 	struct http_conn *c = conn_of(p);
 	struct http_request *req = c->cur;
+	bool chunk_end = (p->flags & F_CHUNKED) && p->content_length == 0;
 
-	if (!req->route || req->body.len + req->ext_bytes + n > req->route->r.max_body)
+	if (!req->route || req->received + req->ext_bytes + n > req->route->r.max_body)
 		return body_too_large(p);
+	req->received += n;
+	if (req->stream)
+		return stream_body(p, req, at, n, chunk_end);
 	if (n && http_buf_append(&req->body, at, n))
 		return nomem(p);
-	if ((p->flags & F_CHUNKED) && p->content_length == 0) { /* the chunk's data ends here */
+	if (req->body.len > c->srv->stats.input_held_max)
+		c->srv->stats.input_held_max = req->body.len;
+	if (chunk_end) { /* the chunk's data ends here */
 		c->crlf_left = 2;
 		if (chunk_crlf_check(c, at + n, c->in_end))
 			return bad_chunk(p);
@@ -440,7 +453,7 @@ static int on_chunk_ext(llhttp_t *p, const char *at, size_t n)
 
 	(void)at;
 	req->ext_bytes += n;
-	if (!req->route || req->body.len + req->ext_bytes > req->route->r.max_body)
+	if (!req->route || req->received + req->ext_bytes > req->route->r.max_body)
 		return body_too_large(p);
 	return 0;
 }
@@ -457,7 +470,9 @@ static int on_message_complete(llhttp_t *p)
 		req->close_after = true;
 		c->close_after = true;
 	}
-	if (req->err_status) {
+	if (req->stream) {
+		stream_message_complete(req);
+	} else if (req->err_status) {
 		request_error(req, req->err_status, req->err_code, req->err_msg);
 	} else {
 		req->handed = true;
@@ -652,8 +667,11 @@ int http_respond(struct http_request *req, int status, const char *content_type,
 		 size_t len)
 {
 	struct http_conn *c = req->conn;
+	bool early = req->stream && c->cur == req; /* before the end of its body */
 	int err = 0;
 
+	if (req->finishing)
+		return -EINVAL; /* the server answers it (http_request_body_read) */
 	if (status < 200 || status > 599) {
 		err = -EINVAL;
 		status = 500;
@@ -662,6 +680,11 @@ int http_respond(struct http_request *req, int status, const char *content_type,
 	}
 	/* A closing server ends the connection after its last request. */
 	if (c->srv->draining && req == conn_tail(c) && !c->cur)
+		req->close_after = true;
+	/* The rest of the body is dropped (http_stream.c), unless the client may not send it
+	 * (100 Continue not sent), does not keep the connection, or the server is draining. */
+	if (early && ((req->expect && !req->continued) || !req->keep_alive || c->srv->draining ||
+		      !c->srv->cfg.linger_ms))
 		req->close_after = true;
 	if (req->close_after)
 		c->close_after = true;
@@ -674,6 +697,8 @@ int http_respond(struct http_request *req, int status, const char *content_type,
 		c->close_after = true;
 	}
 	req->done = true;
+	if (early)
+		stream_answered(c, req);
 	conn_flush(c);
 	return err;
 }

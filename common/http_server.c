@@ -107,6 +107,8 @@ static void conn_close(struct http_conn *c)
 	if (c->closing)
 		return;
 	c->closing = true;
+	if (c->cur && c->cur->handed)
+		stream_lost(c, -ECONNRESET);
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	uv_timer_stop(&c->timer);
 	uv_close((uv_handle_t *)&c->tcp, on_handle_closed);
@@ -169,8 +171,6 @@ static void conn_shutdown(struct http_conn *c)
 	if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown))
 		conn_close(c);
 }
-
-static void conn_maybe_resume(struct http_conn *c);
 
 static void on_write(uv_write_t *w, int status)
 {
@@ -271,7 +271,7 @@ void conn_enqueue(struct http_conn *c, struct http_request *req)
 
 /* ---- parsing ---- */
 
-static void conn_stop_reading(struct http_conn *c)
+void conn_stop_reading(struct http_conn *c)
 {
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	free(c->pending);
@@ -280,25 +280,54 @@ static void conn_stop_reading(struct http_conn *c)
 	c->paused = false;
 }
 
+/* Stops reading outside a parse (a stream consumer paused): nothing is held unparsed. */
+void conn_read_stop(struct http_conn *c)
+{
+	if (c->paused || c->closing)
+		return;
+	uv_read_stop((uv_stream_t *)&c->tcp);
+	c->paused = true;
+}
+
 static void conn_pause(struct http_conn *c, const char *data, size_t len)
 {
+	struct http_server *s = c->srv;
+	size_t held = len + (c->cur ? c->cur->body.len : 0);
+
 	uv_read_stop((uv_stream_t *)&c->tcp);
 	c->paused = true;
 	if (conn_output_full(c))
-		c->srv->stats.write_pauses++;
+		s->stats.write_pauses++;
 	if (!(c->pending = malloc(len ? len : 1))) {
 		conn_close(c);
 		return;
 	}
 	memcpy(c->pending, data, len);
 	c->pending_len = len;
+	if (held > s->stats.input_held_max)
+		s->stats.input_held_max = held;
 }
 
-/* Feeds input to llhttp. Requests are handed to their handlers from the callbacks. */
+/* Whether parsing may go on: the output is not above max_write_queued, a stream request's
+ * consumer takes its body, and (between requests) fewer than max_pipelined wait. */
+static bool conn_can_read(struct http_conn *c)
+{
+	return !conn_output_full(c) && !stream_blocked(c) &&
+	       (c->cur || c->queued < c->srv->cfg.max_pipelined);
+}
+
+/* Feeds input to llhttp. Requests are handed to their handlers from the callbacks. llhttp runs
+ * at least once, even without input: a parser paused by a stream consumer may owe the end of a
+ * message that needs no more bytes (on_message_complete). */
 static void conn_parse(struct http_conn *c, const char *data, size_t len)
 {
+	bool once = true;
+
+	if (!data)
+		data = "";
 	c->in_parse = true;
-	while (len > 0 && !c->closing && !c->close_after) {
+	while ((len > 0 || once) && !c->closing && !c->close_after) {
+		once = false;
 		if (chunk_crlf_check(c, data, data + len)) {
 			conn_fail(c, 400, "bad_request", "A chunk's data is not followed by CRLF.");
 			break;
@@ -312,7 +341,7 @@ static void conn_parse(struct http_conn *c, const char *data, size_t len)
 			len -= (size_t)(pos - data);
 			data = pos;
 			llhttp_resume(&c->parser);
-			if (c->queued >= c->srv->cfg.max_pipelined || conn_output_full(c)) {
+			if (!conn_can_read(c)) {
 				conn_pause(c, data, len);
 				break;
 			}
@@ -353,12 +382,10 @@ static void conn_resume(struct http_conn *c)
 		uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
 
-/* Resumes a paused connection once it has room: fewer than max_pipelined requests waiting and
- * its unsent output at most max_write_queued. */
-static void conn_maybe_resume(struct http_conn *c)
+/* Resumes a paused connection once it has room (conn_can_read). */
+void conn_maybe_resume(struct http_conn *c)
 {
-	if (c->paused && !c->in_parse && !c->closing && !c->shutting &&
-	    c->queued < c->srv->cfg.max_pipelined && !conn_output_full(c))
+	if (c->paused && !c->in_parse && !c->closing && !c->shutting && conn_can_read(c))
 		conn_resume(c);
 }
 
@@ -368,6 +395,10 @@ void conn_fail(struct http_conn *c, int status, const char *code, const char *ms
 
 	if (c->closing)
 		return;
+	if (req && req->handed) {
+		stream_fail(c, status, code, msg);
+		return;
+	}
 	if (!req) {
 		if (!(req = request_new(c))) {
 			conn_close(c);
@@ -399,23 +430,30 @@ void conn_flush(struct http_conn *c)
 		return;
 	}
 	while ((req = conn_head(c)) && req->done) {
-		bool last = req->close_after || !req->out.len;
-		size_t len = req->out.len;
+		bool last = false;
+		if (!req->sent) {
+			size_t len = req->out.len;
+			last = req->close_after || !len || c->closing;
+			req->sent = true;
+			c->srv->stats.responses++;
+			if (len)
+				conn_write(c, http_buf_take(&req->out), len, true);
+			if (last)
+				c->close_after = true;
+		}
+		if (req == c->cur)
+			break; /* answered before its body ended: freed when the body has been dropped */
 		list_del(&req->node);
 		c->queued--;
-		c->srv->stats.responses++;
-		if (len)
-			conn_write(c, http_buf_take(&req->out), len, true);
 		request_free(req);
-		if (last || c->closing) {
-			c->close_after = true;
+		if (last)
 			break;
-		}
 	}
 	conn_maybe_resume(c);
 	req = conn_head(c);
 	if (req && !req->done && req->want_continue && !req->complete) {
 		req->want_continue = false; /* its turn: the answers before it are written */
+		req->continued = true;
 		conn_continue(c);
 	}
 	if (c->closing || req || c->cur)
@@ -445,7 +483,9 @@ static void conn_eof(struct http_conn *c)
 {
 	conn_stop_reading(c);
 	c->close_after = true;
-	if (c->cur) {
+	if (c->cur && c->cur->handed) {
+		stream_lost(c, -ECONNRESET);
+	} else if (c->cur) {
 		list_del(&c->cur->node);
 		c->queued--;
 		request_free(c->cur);
@@ -660,10 +700,14 @@ void http_server_stats(const struct http_server *s, struct http_server_stats *ou
 static void conn_drain(struct http_conn *c)
 {
 	struct http_server *s = c->srv;
+	bool stream = c->cur && c->cur->handed;
 
 	if (c->closing || c->shutting)
 		return; /* already on its way out (a linger is bounded by linger_ms) */
-	if (c->cur) {
+	if (stream) {
+		stream_lost(c, -ECANCELED);
+		s->stats.drain_dropped++;
+	} else if (c->cur) {
 		list_del(&c->cur->node);
 		c->queued--;
 		request_free(c->cur);
@@ -675,7 +719,9 @@ static void conn_drain(struct http_conn *c)
 	conn_stop_reading(c);
 	conn_arm(c, 0);
 	c->close_after = true;
-	if (!list_empty(&c->reqs) || c->writes)
+	if (stream && !list_empty(&c->reqs))
+		conn_flush(c); /* an answer given before the body ended is written, then closes */
+	if (c->closing || c->shutting || !list_empty(&c->reqs) || c->writes)
 		return;
 	conn_close(c);
 }

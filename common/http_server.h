@@ -40,6 +40,29 @@
  * chunk that are not CRLF: 400; HTTP/2.0: 505; CONNECT: 501; chunk extensions count against
  * max_body; Upgrade is ignored; HEAD is served by the GET route of a path without its own.
  *
+ * Streamed bodies (a route with stream set; the API's CSV upload): the handler is called as soon
+ * as the headers are complete, before any of the body is read (http_request_body() is "" with
+ * length 0 for such a request, always), and the body is never buffered: the socket is read only
+ * while the handler's consumer takes it, so the server holds at most one read (64 KiB) of it.
+ * The handler then either
+ *   - answers without reading the body (401, 429...): the server reads and drops the rest of the
+ *     body, as nginx does (ngx_http_discard_request_body), and a request pipelined behind it is
+ *     read and answered; the drop is bounded by the route's max_body and by linger_ms from the
+ *     answer, and when either is crossed the connection closes (the answer already written).
+ *     The answer carries Connection: close and the connection closes after it (lingering, as
+ *     after any closing answer) instead when the client asked for 100-continue (it was not
+ *     sent, so the client may or may not send the body), when the request does not keep the
+ *     connection, when linger_ms is 0, or while the server drains;
+ *   - or calls http_request_body_read() (now, or later from any callback: until then the body
+ *     waits in the socket), and answers with http_respond() when it is done, typically from
+ *     the callback's last call or later. 100 Continue is sent when the body is first read.
+ * body_timeout_ms runs only while the body is being read for a consumer: it is held before
+ * http_request_body_read() and while the consumer has paused, and counts on from where it
+ * stopped when reading goes on, so a slow consumer (a full COPY) never causes a 408. max_body
+ * applies to the total with chunk extensions: a Content-Length above it is 413 before the
+ * handler is called (the handler never sees it); a chunked body that crosses it while streaming
+ * is answered 413 by the server (see http_request_body_read()).
+ *
  * Every error the server produces has a JSON body {"error":"<code>","message":"<sentence>"};
  * handlers should use http_respond_error() for theirs. The decorate hook sees every response
  * (the handlers' and the server's own) just before it is written and may add headers, which is
@@ -67,11 +90,18 @@
 struct http_server;
 struct http_request;
 
-/* Called once per request, on the loop thread, when the request (headers and body) is complete.
+/* Called once per request, on the loop thread, when the request (headers and body) is complete
+ * (for a stream route: when its headers are, see "Streamed bodies").
  * The handler must call http_respond() (or http_respond_error()) exactly once, now or later
  * from any callback on the same loop; until then the request and everything read from it stay
  * valid, even if the client goes away (the response is then discarded). */
 typedef void (*http_handler_cb)(struct http_request *req, void *data);
+
+/* Receives the body of a stream route's request, see http_request_body_read(). buf holds len
+ * bytes (borrowed for the call) with status 0; the end of the body is one call with len 0 and
+ * status 0; a body that cannot be completed is one call with len 0 and a negative status. */
+typedef void (*http_body_cb)(struct http_request *req, const char *buf, size_t len, int status,
+			     void *data);
 
 /* Called for every response just before it is serialized. It may call http_response_header()
  * on req. status is the response's status. The request may be partial (a server error found
@@ -91,6 +121,8 @@ struct http_route {
 	size_t max_body;	 /* largest accepted body in bytes (0: no body allowed) */
 	http_handler_cb handler; /* never NULL */
 	void *data;		 /* passed to handler; borrowed */
+	bool stream; /* the handler is called at the end of the headers and reads the body with
+		      * http_request_body_read() (see "Streamed bodies" above) [false] */
 };
 
 struct http_server_config {
@@ -125,6 +157,9 @@ struct http_server_stats {
 	uint64_t write_pauses;	   /* times a connection stopped reading for unsent output */
 	uint64_t write_timeouts;   /* connections closed because their writes made no progress */
 	uint64_t write_queued_max; /* the most unsent output any connection has had, in bytes */
+	uint64_t input_held_max;   /* the most request input one connection has held at once: a
+				    * buffered body plus input kept unparsed while paused, in bytes
+				    * (a stream route's body is not buffered) */
 	uint64_t drain_dropped;	   /* half-received requests a drain dropped (connection closed) */
 	uint64_t drain_idle;	   /* idle connections a drain closed */
 	unsigned open;		   /* connections open now */
@@ -185,8 +220,44 @@ void http_request_header_at(const struct http_request *req, unsigned i, const ch
 const char *http_request_param(const struct http_request *req, const char *name);
 
 /* Returns the body (NUL-terminated for convenience; may contain NULs) and sets *len. An empty
- * body is "" with *len 0. */
+ * body is "" with *len 0, and so is a stream route's (read with http_request_body_read()). */
 const char *http_request_body(const struct http_request *req, size_t *len);
+
+/* Starts reading the body of a stream route's request (see "Streamed bodies" above). cb is
+ * called with each piece of the body as llhttp delivers it (de-chunked for Transfer-Encoding:
+ * chunked), len > 0 and status 0, in order; then exactly once with len 0 (buf "") and:
+ *   0            the body is complete: the handler answers (from this call or later).
+ *   -EMSGSIZE    a chunked body crossed the route's max_body: the server answers 413.
+ *   -ETIMEDOUT   body_timeout_ms passed (not counting paused time): the server answers 408.
+ *   -EPROTO      the body is malformed (a chunk's size or CRLF): the server answers 400.
+ *   -ENOMEM      the server ran out of memory: it answers 500.
+ *   -ECONNRESET  the client went away, or the connection was closed (a write that failed or
+ *                timed out): nothing is answered.
+ *   -ECANCELED   the server is draining (http_server_drain()): nothing is answered.
+ * After a negative status the server has finished the request: the handler must not call
+ * http_respond() for it (it would be refused, -EINVAL), and req is invalid once cb returns; in
+ * every case but -ECONNRESET/-ECANCELED the connection closes after the server's answer. cb is
+ * not called again once the handler has answered: an answer before the end stops the consumer
+ * and the rest of the body is dropped as for an answer without reading. cb may be called
+ * before this function returns (input already received is parsed at once; a request without a
+ * body gets its end at once), and from within http_request_body_resume(). data is borrowed
+ * until the last call. Returns 0; -EINVAL when req is not a stream route's, cb is NULL, a
+ * consumer is already set or req was answered; -ECONNRESET when the body can no longer be
+ * read (the client has gone, the connection is closing, or a drain dropped it): cb is then
+ * never called and the handler still answers (the answer is dropped, or is the connection's
+ * last). */
+int http_request_body_read(struct http_request *req, http_body_cb cb, void *data);
+
+/* Stops taking the body: the socket is no longer read (TCP flow control holds the client back)
+ * and body_timeout_ms is held, until http_request_body_resume(). cb is not called while paused,
+ * except for a negative status (a drain, a write that failed). Called from within cb, it takes
+ * effect when cb returns. A no-op before http_request_body_read(), after the end of the body,
+ * or when already paused. */
+void http_request_body_pause(struct http_request *req);
+
+/* Takes the body again after http_request_body_pause(): the input held is parsed at once (cb may
+ * be called before this returns) and the socket read again. A no-op when not paused. */
+void http_request_body_resume(struct http_request *req);
 
 /* Returns true once the client has gone: the response will be discarded. */
 bool http_request_aborted(const struct http_request *req);

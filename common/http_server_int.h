@@ -45,7 +45,21 @@ struct http_request {
 	bool want_continue; /* Expect: 100-continue, not sent yet (a request queued before) */
 	bool done;	    /* response serialized into out */
 	bool close_after;   /* close the connection after this response */
-	int err_status;	    /* a server error to answer at message end (404/405) */
+	bool sent;	    /* the answer was handed to the socket (early: before the body's end) */
+	/* A stream route's request (see http_stream.c): handed to its handler at the end of its
+	 * headers; the body goes to body_cb, never into body. */
+	bool stream;
+	bool expect;	  /* the client sent Expect: 100-continue */
+	bool continued;	  /* 100 Continue was sent */
+	bool body_paused; /* the consumer paused (http_request_body_pause) */
+	bool body_gone;	  /* detached from the parser before its end: the body will not come */
+	bool finishing;	  /* body_cb is being told the body failed: no http_respond() now */
+	bool timer_held;  /* body_timeout_ms held while not read, body_left ms left */
+	uint64_t body_left;
+	size_t received;      /* body bytes parsed so far (stream or not) */
+	http_body_cb body_cb; /* the consumer, NULL until http_request_body_read() */
+	void *body_data;      /* borrowed */
+	int err_status;	      /* a server error to answer at message end (404/405) */
 	const char *err_code, *err_msg;
 	struct http_buf extra; /* response headers added by the handler / decorate */
 	struct http_buf out;   /* the serialized response */
@@ -123,13 +137,34 @@ int request_error(struct http_request *req, int status, const char *code, const 
 int routes_compile(struct http_server *s, const struct http_route *routes, size_t n);
 void routes_free(struct http_server *s);
 
+/* True while the stream request being parsed waits for its consumer (none registered yet, or
+ * paused): the connection is not read. An answered request (its body being dropped) is not. */
+static inline bool stream_blocked(const struct http_conn *c)
+{
+	const struct http_request *r = c->cur;
+
+	return r && r->stream && !r->done && (!r->body_cb || r->body_paused);
+}
+
+/* http_stream.c */
+int stream_start(llhttp_t *p, struct http_request *req, bool has_body);
+int stream_body(llhttp_t *p, struct http_request *req, const char *at, size_t n, bool chunk_end);
+void stream_message_complete(struct http_request *req);
+void stream_answered(struct http_conn *c, struct http_request *req);
+void stream_fail(struct http_conn *c, int status, const char *code, const char *msg);
+void stream_lost(struct http_conn *c, int err);
+
 /* http_server.c */
+void conn_maybe_resume(struct http_conn *c);
+void conn_stop_reading(struct http_conn *c);
+void conn_read_stop(struct http_conn *c);
 void conn_flush(struct http_conn *c);
 void conn_fail(struct http_conn *c, int status, const char *code, const char *msg);
 void conn_arm(struct http_conn *c, uint64_t ms);
 void conn_enqueue(struct http_conn *c, struct http_request *req);
 void conn_continue(struct http_conn *c);
 int chunk_crlf_check(struct http_conn *c, const char *p, const char *end);
+int parser_fail(llhttp_t *p, int status, const char *code, const char *msg);
 bool conn_output_full(struct http_conn *c);
 
 #endif

@@ -332,14 +332,14 @@ int stub_new(uv_loop_t *loop, const struct stub_config *cfg, struct stub **out)
 	list_init(&s->events);
 	list_init(&s->delayed);
 	const struct http_route routes[] = {
-		{ "POST", "/calls", 64 * 1024, stub_handle_dial, s },
-		{ "GET", "/stats", 0, h_stats, s },
-		{ "GET", "/healthz", 0, h_healthz, s },
-		{ "POST", "/control/end", 4096, h_end, s },
-		{ "POST", "/control/org", 4096, h_org, s },
-		{ "POST", "/control/hold", 4096, h_hold, s },
-		{ "POST", "/control/handoff", 4096, h_handoff, s },
-		{ "GET", "/handoff", 0, h_handoff_get, s },
+		{ "POST", "/calls", 64 * 1024, stub_handle_dial, s, false },
+		{ "GET", "/stats", 0, h_stats, s, false },
+		{ "GET", "/healthz", 0, h_healthz, s, false },
+		{ "POST", "/control/end", 4096, h_end, s, false },
+		{ "POST", "/control/org", 4096, h_org, s, false },
+		{ "POST", "/control/hold", 4096, h_hold, s, false },
+		{ "POST", "/control/handoff", 4096, h_handoff, s, false },
+		{ "GET", "/handoff", 0, h_handoff_get, s, false },
 	};
 	http_server_config_defaults(&sc);
 	sc.host = strcmp(cfg->host, "localhost") == 0 ? "127.0.0.1" : cfg->host;

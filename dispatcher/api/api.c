@@ -65,6 +65,7 @@ static const struct {
 	{ api_routes_capacity, &api_routes_capacity_n },
 	{ api_routes_batches, &api_routes_batches_n },
 	{ api_routes_calls, &api_routes_calls_n },
+	{ api_routes_openapi, &api_routes_openapi_n },
 };
 
 /* ---- answers ---- */
@@ -100,6 +101,14 @@ void api_json(struct api_call *c, int status, cJSON *body)
 	else
 		http_respond(c->req, status, "application/json", text, strlen(text));
 	free(text);
+	call_free(c);
+}
+
+void api_respond(struct api_call *c, int status, const char *content_type, const void *body,
+		 size_t len)
+{
+	limit_headers(c);
+	http_respond(c->req, status, content_type, body, len);
 	call_free(c);
 }
 
@@ -183,7 +192,11 @@ static int64_t wall_ms(void)
 static void admitted(struct api_call *c)
 {
 	if (!c->limit.allowed) {
+		const struct api_options *o = &c->api->o;
 		char msg[160];
+
+		if (o->on_limited)
+			o->on_limited(ratelimit_bucket_name(c->route->bucket), o->on_limited_data);
 
 		snprintf(msg, sizeof(msg),
 			 "Rate limit exceeded: %" PRIu32 " requests per minute for this "
@@ -407,6 +420,17 @@ int api_new(const struct api_options *o, struct api **out)
 	return 0;
 }
 
+size_t api_route_defs(const struct api_route_def **out, size_t cap)
+{
+	size_t n = 0;
+
+	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
+		for (size_t i = 0; i < *tables[t].n; i++, n++)
+			if (n < cap)
+				out[n] = &tables[t].defs[i];
+	return n;
+}
+
 size_t api_routes(struct api *a, struct http_route *out, size_t cap)
 {
 	for (size_t i = 0; i < a->n_bindings && i < cap; i++) {
@@ -415,6 +439,7 @@ size_t api_routes(struct api *a, struct http_route *out, size_t cap)
 		out[i] = (struct http_route){ .method = d->method,
 					      .pattern = d->pattern,
 					      .max_body = d->max_body,
+					      .stream = d->stream,
 					      .handler = on_request,
 					      .data = &a->bindings[i] };
 	}

@@ -41,6 +41,10 @@ struct api_options {
 	 * links the worker; NULL: POST /v2/calls answers 503. */
 	const struct api_dialer *dialer;
 	uint64_t key_cache_ms; /* how long a looked-up key is trusted; 0: the default [2000] */
+	/* Called for each rate-limit 429 with the bucket's name (the worker counts it in
+	 * /metrics); may be NULL. */
+	void (*on_limited)(const char *bucket, void *data);
+	void *on_limited_data;
 };
 
 /* Adds the API's Redis scripts (the rate limiter's) to reg, before its connection starts.

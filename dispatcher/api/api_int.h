@@ -72,6 +72,19 @@ extern const struct api_route_def api_routes_batches[];
 extern const size_t api_routes_batches_n;
 extern const struct api_route_def api_routes_calls[];
 extern const size_t api_routes_calls_n;
+/* --- OpenAPI description (issue 10 item 7): route_openapi.c --- */
+extern const struct api_route_def api_routes_openapi[];
+extern const size_t api_routes_openapi_n;
+
+/* Writes the definitions of every route api.c mounts (all tables, in mounting order) into
+ * out[0..cap) and returns how many there are (more than cap: call again with a larger array).
+ * Needs no struct api: the OpenAPI drift test (tests/unit/test_openapi.c) reads it. */
+size_t api_route_defs(const struct api_route_def **out, size_t cap);
+
+/* The OpenAPI 3.1 description (dispatcher/api/openapi.json, embedded at build time), served by
+ * GET /openapi.json; *len gets its length in bytes. */
+const char *api_openapi_text(size_t *len);
+/* --- end OpenAPI description --- */
 
 /* POST /v2/batches and /v2/batches/upload (route_batch_create.c; mounted in route_batches.c's
  * table). */
@@ -101,6 +114,10 @@ void api_not_found(struct api_call *c, const char *what, const char *id);
 /* The answer for a failed database statement: 503 with Retry-After: 1 when the database
  * cannot be reached or timed out, else 500; logs it; frees c. */
 void api_db_error(struct api_call *c, int status, const char *what);
+
+/* Answers len bytes of body (copied) as content_type with status, and frees c. */
+void api_respond(struct api_call *c, int status, const char *content_type, const void *body,
+		 size_t len);
 
 /* A route served but not built yet: 501. */
 void api_not_implemented(struct api_call *c);

@@ -24,10 +24,9 @@
 #include <unistd.h>
 #include <uv.h>
 
-#define TICK_MS		   100 /* stub polls */
-#define REFRESH_MS	   1000
-#define SAMPLES_MAX	   100000
-#define VIEW_CAMPAIGNS_MAX 64 /* the demo's org has 4 (and the direct pseudo-campaign) */
+#define TICK_MS	    100 /* stub polls */
+#define REFRESH_MS  1000
+#define SAMPLES_MAX 100000
 
 /* One GET /stats of the stub, the parts the demo uses. */
 struct stub_snap {
@@ -211,30 +210,24 @@ static void on_generation(struct redis_conn *c, int status, redisReply *r, void 
 static void on_view(struct gate *g, int status, const struct gate_view *v, void *data)
 {
 	struct demo *d = data;
-	struct capacity_campaign cs[VIEW_CAMPAIGNS_MAX + 1];
-	struct capacity_org org;
-	uint32_t agents[64], n = 0;
-	uint64_t work[64];
+	struct gate_capacity gc;
 
 	(void)g;
 	d->read_inflight = false;
 	d->view_ok = status == 0;
 	if (status == GATE_ELOST) /* the workers built the gate after this connection came up */
 		redis_conn_command(d->redis, on_generation, d, "GET %s", GATE_SYS_GEN_KEY);
-	if (status || !v || v->n_campaigns > VIEW_CAMPAIGNS_MAX || v->n_agents > 64 ||
-	    gate_capacity_snapshot(v, NULL, 0, NULL, &org, cs, agents, &n))
+	if (status || !v || gate_capacity_open(&gc, v, NULL, 0, NULL))
 		return;
 	for (size_t i = 0; i < DEMO_CAMPAIGNS; i++) {
 		struct row *row = &d->rows[i];
-		uint32_t k = capacity_find(cs, n, demo_campaigns[i].id);
 
-		row->have = k != UINT32_MAX && capacity_view(&org, cs, n, k, work, &row->a) == 0;
-		if (row->have)
-			fairshare_limited_by_format(row->a.limited_by, row->a.limited_by_value,
-						    row->why, sizeof(row->why));
+		row->have = gate_capacity_answer(&gc, demo_campaigns[i].id, &row->a, row->why,
+						 sizeof(row->why)) == 0;
 		if (demo_campaigns[i].late)
 			d->late_floor = row->have ? row->a.guaranteed_floor : 0;
 	}
+	gate_capacity_close(&gc);
 }
 
 static void on_redis_event(struct redis_conn *c, const struct redis_conn_event *ev, void *data)

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const struct capacity_meta *find_meta(const struct capacity_meta *meta, uint32_t n,
@@ -101,4 +102,67 @@ int gate_capacity_snapshot(const struct gate_view *v, const struct capacity_meta
 	}
 	*n_out = n;
 	return 0;
+}
+
+int gate_capacity_open(struct gate_capacity *gc, const struct gate_view *v,
+		       const struct capacity_meta *meta, uint32_t n_meta, const char *want)
+{
+	size_t nc, na;
+	int rc;
+
+	if (!gc || !v)
+		return -EINVAL;
+	memset(gc, 0, sizeof(*gc));
+	nc = (size_t)v->n_campaigns + 1;
+	na = v->n_agents ? v->n_agents : 1;
+	gc->cs = calloc(nc, sizeof(*gc->cs));
+	gc->agent_running = calloc(na, sizeof(*gc->agent_running));
+	gc->work = calloc(na, sizeof(*gc->work));
+	if (!gc->cs || !gc->agent_running || !gc->work) {
+		gate_capacity_close(gc);
+		return -ENOMEM;
+	}
+	rc = gate_capacity_snapshot(v, meta, n_meta, want, &gc->org, gc->cs, gc->agent_running,
+				    &gc->n);
+	if (rc)
+		gate_capacity_close(gc);
+	return rc;
+}
+
+int gate_capacity_answer(const struct gate_capacity *gc, const char *id,
+			 struct capacity_answer *out, char *why, size_t size)
+{
+	uint32_t i = UINT32_MAX;
+	int rc;
+
+	if (!gc || !gc->cs || !out)
+		return -EINVAL;
+	if (id) {
+		i = capacity_find(gc->cs, gc->n, id);
+	} else {
+		for (uint32_t k = 0; k < gc->n && i == UINT32_MAX; k++)
+			if (gc->cs[k].direct)
+				i = k;
+	}
+	if (i == UINT32_MAX)
+		return -ENOENT;
+	if ((rc = capacity_view(&gc->org, gc->cs, gc->n, i, gc->work, out)))
+		return rc;
+	if (why && size &&
+	    fairshare_limited_by_format(out->limited_by, out->limited_by_value, why, size) < 0)
+		why[0] = 0;
+	return 0;
+}
+
+void gate_capacity_close(struct gate_capacity *gc)
+{
+	if (!gc)
+		return;
+	free(gc->cs);
+	free(gc->agent_running);
+	free(gc->work);
+	gc->cs = NULL;
+	gc->agent_running = NULL;
+	gc->work = NULL;
+	gc->n = 0;
 }

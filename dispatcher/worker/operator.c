@@ -10,15 +10,16 @@
 #include <strings.h>
 
 struct wrapped {
-	struct operator *op;
+	struct operator* op;
 	struct http_route r; /* the route as given */
 };
 
-struct operator {
+struct operator
+{
 	struct http_server *http;
 	struct wrapped *routes; /* owned, n entries */
 	size_t n;
-	bool token;				/* a token is required */
+	bool token;			       /* a token is required */
 	unsigned char digest[EVP_MAX_MD_SIZE]; /* SHA-256 of the token */
 	void (*closed_cb)(void *data);
 	void *closed_data;
@@ -32,7 +33,7 @@ static int sha256(const char *s, size_t len, unsigned char *out)
 }
 
 /* Whether the request carries "Authorization: Bearer <token>" (scheme case-insensitive). */
-static bool authorized(const struct operator *op, const struct http_request *req)
+static bool authorized(const struct operator* op, const struct http_request *req)
 {
 	const char *h = http_request_header(req, "Authorization");
 	unsigned char got[EVP_MAX_MD_SIZE];
@@ -61,18 +62,18 @@ static void guarded(struct http_request *req, void *data)
 	w->r.handler(req, w->r.data);
 }
 
-static void op_free(struct operator *op)
+static void op_free(struct operator* op)
 {
 	free(op->routes);
 	free(op);
 }
 
 int operator_new(uv_loop_t *loop, const struct operator_options *o, const struct http_route *routes,
-		 size_t n, struct operator **out)
+		 size_t n, struct operator** out)
 {
 	struct http_server_config hc;
 	struct http_route *r = NULL;
-	struct operator *op;
+	struct operator* op;
 	int rc = -ENOMEM;
 
 	if (!loop || !o || !o->host || (n && !routes) || !out)
@@ -115,14 +116,14 @@ fail:
 	return rc;
 }
 
-int operator_port(const struct operator *op)
+int operator_port(const struct operator* op)
 {
 	return http_server_port(op->http);
 }
 
 static void http_closed(struct http_server *s, void *data)
 {
-	struct operator *op = data;
+	struct operator* op = data;
 	void (*cb)(void *) = op->closed_cb;
 	void *cb_data = op->closed_data;
 
@@ -132,7 +133,7 @@ static void http_closed(struct http_server *s, void *data)
 		cb(cb_data);
 }
 
-void operator_close(struct operator *op, void (*cb)(void *data), void *data)
+void operator_close(struct operator* op, void (*cb)(void *data), void *data)
 {
 	if (!op)
 		return;

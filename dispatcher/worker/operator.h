@@ -32,13 +32,13 @@ struct operator_options {
  * for the listener's life), each behind the token check. *out is owned by the caller until
  * operator_close(). Returns 0, -EINVAL, -ENOMEM or http_server_new()'s error (-EADDRINUSE...). */
 int operator_new(uv_loop_t *loop, const struct operator_options *o, const struct http_route *routes,
-		 size_t n, struct operator **out);
+		 size_t n, struct operator** out);
 
 /* The bound port. */
-int operator_port(const struct operator *op);
+int operator_port(const struct operator* op);
 
 /* Closes the listener as http_server_close() does (requests in handlers are answered) and frees
  * it; cb (may be NULL) once done. NULL is ignored. */
-void operator_close(struct operator *op, void (*cb)(void *data), void *data);
+void operator_close(struct operator* op, void (*cb)(void *data), void *data);
 
 #endif

@@ -148,8 +148,8 @@ static void c_lanes(struct metrics_out *o, void *data)
 		return;
 	dial_lane_states(d, n);
 	for (unsigned i = 0; i < DIAL_LANE_STATES; i++)
-		metrics_emit_u64(o, (const char *[]){ dial_lane_state_name((enum dial_lane_state)i) },
-				 n[i]);
+		metrics_emit_u64(
+			o, (const char *[]){ dial_lane_state_name((enum dial_lane_state)i) }, n[i]);
 }
 
 static void c_reconciler(struct metrics_out *o, void *data)
@@ -252,15 +252,17 @@ static void c_read_complete(struct metrics_out *o, void *data)
 
 /* ---- the families, in the order rendered ---- */
 
-static const char *const l_level[] = { "level" }, *const l_class[] = { "class" },
-			 *const l_state[] = { "state" }, *const l_action[] = { "action" },
-			 *const l_mode[] = { "mode" }, *const l_org[] = { "org" },
-			 *const l_camp[] = { "org", "campaign" }, *const l_agent[] = { "org", "agent" },
-			 *const l_http[] = { "listener", "route", "status" },
-			 *const l_bucket[] = { "bucket" };
+static const char *const
+	l_level[] = { "level" },
+	*const l_class[] = { "class" }, *const l_state[] = { "state" },
+	*const l_action[] = { "action" }, *const l_mode[] = { "mode" }, *const l_org[] = { "org" },
+	*const l_camp[] = { "org", "campaign" }, *const l_agent[] = { "org", "agent" },
+	*const l_http[] = { "listener", "route", "status" }, *const l_bucket[] = { "bucket" };
 
-#define FAM(n, h, t, l, nl, cb)                                                                   \
-	{ .name = n, .help = h, .type = t, .labels = l, .n_labels = nl, .collect = cb }
+#define FAM(n, h, t, l, nl, cb)                                                                    \
+	{                                                                                          \
+		.name = n, .help = h, .type = t, .labels = l, .n_labels = nl, .collect = cb        \
+	}
 
 static const struct metrics_desc families[] = {
 	FAM("dispatcher_system_slots_in_use",
@@ -281,7 +283,8 @@ static const struct metrics_desc families[] = {
 	    "are missing (postgres mode, Redis slow, more organisations than the scrape reads).",
 	    METRICS_GAUGE, NULL, 0, c_read_complete),
 	FAM("dispatcher_admission_requests_total",
-	    "Admissions sent to the gate by this worker (either mode, re-tries of waiters included).",
+	    "Admissions sent to the gate by this worker (either mode, re-tries of waiters "
+	    "included).",
 	    METRICS_COUNTER, NULL, 0, c_requests),
 	FAM("dispatcher_admitted_total", "Calls admitted by the gate and written, by this worker.",
 	    METRICS_COUNTER, NULL, 0, c_admitted),
@@ -374,8 +377,8 @@ void wmetrics_http(struct wmetrics *m, const char *listener, struct http_request
 	if (!m)
 		return;
 	snprintf(st, sizeof(st), "%d", status);
-	uint64_t *c = metrics_counter(m->http,
-				      (const char *[]){ listener, route ? route : "unmatched", st });
+	uint64_t *c = metrics_counter(
+		m->http, (const char *[]){ listener, route ? route : "unmatched", st });
 	if (c)
 		(*c)++;
 }

@@ -509,8 +509,8 @@ static void provider_events(struct http_request *req, void *data)
 static size_t operator_routes(struct worker *w, struct http_route *r, size_t max)
 {
 	const struct http_route routes[] = {
-		{ "GET", "/metrics", 0, wmetrics_handler, w->metrics },
-		{ "GET", "/healthz", 0, healthz, w },
+		{ "GET", "/metrics", 0, wmetrics_handler, w->metrics, false },
+		{ "GET", "/healthz", 0, healthz, w, false },
 	};
 	size_t n = sizeof(routes) / sizeof(routes[0]);
 
@@ -605,6 +605,14 @@ int worker_operator_port(const struct worker *w)
 }
 
 /* --- end operator listener --- */
+
+/* The public listener's own routes (worker.h), described in dispatcher/api/openapi.json. */
+const struct worker_route worker_routes[] = {
+	{ "GET", "/healthz", 0, healthz },
+	{ "GET", "/readyz", 0, readyz },
+	{ "POST", EVENTS_PATH, EVENTS_BODY_MAX, provider_events },
+};
+const size_t worker_routes_n = sizeof(worker_routes) / sizeof(worker_routes[0]);
 
 /* ---- close and drain ---- */
 
@@ -890,6 +898,14 @@ static int build_connections(struct worker *w)
 	return 0;
 }
 
+/* A rate-limit 429 of the API (dispatcher_ratelimit_refused_total{bucket}). */
+static void on_rate_limited(const char *bucket, void *data)
+{
+	struct worker *w = data;
+
+	wmetrics_ratelimit_refused(w->metrics, bucket);
+}
+
 static int build_jobs(struct worker *w)
 {
 	const struct worker_options *o = &w->o;
@@ -1058,7 +1074,9 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 					  .pool = w->pool,
 					  .gate = w->gate,
 					  .conn = w->conn,
-					  .reg = w->reg };
+					  .reg = w->reg,
+					  .on_limited = on_rate_limited,
+					  .on_limited_data = w };
 		if ((rc = api_new(&ao, &w->api)))
 			return rc;
 	}
@@ -1091,12 +1109,14 @@ int worker_start(struct worker *w)
 	hc.decorate_data = w;
 	if (w->o.http_max_connections)
 		hc.max_connections = w->o.http_max_connections;
-	struct http_route routes[64] = {
-		{ "GET", "/healthz", 0, healthz, w },
-		{ "GET", "/readyz", 0, readyz, w },
-		{ "POST", EVENTS_PATH, EVENTS_BODY_MAX, provider_events, w },
-	};
-	size_t nroutes = 3;
+	struct http_route routes[64];
+	size_t nroutes = 0;
+	for (size_t i = 0; i < worker_routes_n; i++)
+		routes[nroutes++] = (struct http_route){ .method = worker_routes[i].method,
+							 .pattern = worker_routes[i].pattern,
+							 .max_body = worker_routes[i].max_body,
+							 .handler = worker_routes[i].handler,
+							 .data = w };
 	if (w->api) {
 		size_t n = api_routes(w->api, routes + nroutes,
 				      sizeof(routes) / sizeof(routes[0]) - nroutes);

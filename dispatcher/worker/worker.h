@@ -47,6 +47,21 @@ typedef void (*worker_events_handler)(struct worker *w, struct http_request *req
  * Default: worker_dial_end() into the worker's call_end. */
 typedef void (*worker_dial_hook)(struct worker *w, const struct dial_result *r, void *data);
 
+/* --- the worker's own routes (issue 10 item 7) --- */
+/* The routes the worker itself serves on the public listener, before the API's
+ * (api_routes()): GET /healthz, GET /readyz, POST /provider/events. worker_start() mounts
+ * exactly these, each with the struct worker as its data; tests/unit/test_openapi.c reads them
+ * to check dispatcher/api/openapi.json, so a route added here must be described there. */
+struct worker_route {
+	const char *method;
+	const char *pattern;
+	size_t max_body;
+	http_handler_cb handler;
+};
+extern const struct worker_route worker_routes[];
+extern const size_t worker_routes_n;
+/* --- end the worker's own routes --- */
+
 /* DISPATCHER_ROLE, in the order of its choices. */
 enum worker_role {
 	WORKER_ROLE_ALL = 0,	/* the API and batch dispatch */

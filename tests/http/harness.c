@@ -30,7 +30,7 @@ struct harness *harness_start(const struct stub_config *cfg)
 	struct harness *h = calloc(1, sizeof(*h));
 	struct stub_config sc;
 	struct http_server_config rc;
-	const struct http_route routes[] = { { "POST", "/events", 65536, on_event, h } };
+	const struct http_route routes[] = { { "POST", "/events", 65536, on_event, h, false } };
 
 	h->recv_status = 200;
 	assert_int_equal(uv_loop_init(&h->loop), 0);

@@ -1,5 +1,5 @@
-/* strptime() is XSI. */
-#define _XOPEN_SOURCE 700
+/* strptime() is XSI, POLLRDHUP Linux's. */
+#define _GNU_SOURCE
 /* HTTP server against real clients: libcurl (keep-alive, Expect: 100-continue, 413) and raw
  * sockets (malformed, oversized request line and headers, body limits, slow clients, pipelining,
  * 404/405 bodies, idle close, connection limit, graceful close). The server runs its loop in a
@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -233,13 +234,19 @@ static struct fixture *start(void (*tune)(struct http_server_config *))
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct http_server_config cfg;
 	const struct http_route routes[] = {
-		{ "GET", "/hello", 0, h_hello, f },	     { "POST", "/echo", 1024, h_echo, f },
-		{ "POST", "/big", 1 << 20, h_echo, f },	     { "GET", "/items/{id}", 0, h_item, f },
-		{ "DELETE", "/items/{id}", 0, h_item, f },   { "GET", "/slow/{ms}", 0, h_slow, f },
-		{ "POST", "/hold", 64, h_hold, f },	     { "GET", "/held", 0, h_held, f },
-		{ "POST", "/path", 1024, h_path, f },	     { "HEAD", "/hello", 0, h_hello, f },
-		{ "GET", "/status/{code}", 0, h_status, f }, { "GET", "/blob", 0, h_blob, f },
-		{ "GET", "/stats", 0, h_stats, f },
+		{ "GET", "/hello", 0, h_hello, f, false },
+		{ "POST", "/echo", 1024, h_echo, f, false },
+		{ "POST", "/big", 1 << 20, h_echo, f, false },
+		{ "GET", "/items/{id}", 0, h_item, f, false },
+		{ "DELETE", "/items/{id}", 0, h_item, f, false },
+		{ "GET", "/slow/{ms}", 0, h_slow, f, false },
+		{ "POST", "/hold", 64, h_hold, f, false },
+		{ "GET", "/held", 0, h_held, f, false },
+		{ "POST", "/path", 1024, h_path, f, false },
+		{ "HEAD", "/hello", 0, h_hello, f, false },
+		{ "GET", "/status/{code}", 0, h_status, f, false },
+		{ "GET", "/blob", 0, h_blob, f, false },
+		{ "GET", "/stats", 0, h_stats, f, false },
 	};
 
 	http_server_config_defaults(&cfg);
@@ -1192,6 +1199,62 @@ static void raw_pipelining_client_never_reads(void **state)
 	stop(f);
 }
 
+#define WT_MS	    400 /* write_timeout_ms of the next test */
+#define WT_SLACK_MS 300 /* for a loaded machine: the loop thread may run late */
+
+static void tune_write_timeout(struct http_server_config *c)
+{
+	tune_backpressure(c);
+	c->max_write_queued = 64 * 1024;
+	c->write_timeout_ms = WT_MS;
+}
+
+/* The write timeout closes a client that pipelines requests with large answers and never reads
+ * within the window common/README.md gives: between write_timeout_ms and twice that after the
+ * last progress of its writes. The first send bounds the timer's start from below. The last
+ * send bounds the last progress from above: the client's small receive buffer is full after
+ * the first answer, the server's send buffer then fills, and the server stops reading (output
+ * above max_write_queued) before our requests fill the socket buffers and send() refuses more.
+ * The close is seen as a reset (our requests are left unread), polled for with a deadline. */
+static void raw_write_timeout_window(void **state)
+{
+	struct fixture *f = start(tune_write_timeout);
+	const char get[] = "GET /blob HTTP/1.1\r\nHost: t\r\n\r\n";
+	int fd = raw_connect(f->port, WAIT_MS), rcv = 4096;
+	unsigned long long st[3];
+	uint64_t t0, last, closed = 0, end;
+
+	char *gets = malloc(1000 * (sizeof(get) - 1));
+
+	for (int i = 0; i < 1000; i++)
+		memcpy(gets + i * (sizeof(get) - 1), get, sizeof(get) - 1);
+	assert_true(fd >= 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv));
+	t0 = last = mono_ms();
+	while (send(fd, gets, 1000 * (sizeof(get) - 1), MSG_DONTWAIT | MSG_NOSIGNAL) > 0)
+		last = mono_ms();
+	free(gets);
+	end = mono_ms() + WAIT_MS;
+	while (!closed) {
+		struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+		int n = poll(&p, 1, 10);
+		uint64_t now = mono_ms();
+		if (n > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+			closed = now;
+		assert_true(now < end);
+	}
+	print_message("write timeout %d ms: closed %llu ms after the first send, %llu ms after "
+		      "the last send\n",
+		      WT_MS, (unsigned long long)(closed - t0),
+		      (unsigned long long)(closed - last));
+	assert_true(closed - t0 >= WT_MS);
+	assert_true(closed - last <= 2 * WT_MS + WT_SLACK_MS);
+	server_stats(f->port, st);
+	assert_int_equal(st[1], 1); /* write_timeouts */
+	close(fd);
+	stop(f);
+}
+
 static void graceful_close_finishes_in_flight(void **state)
 {
 	struct fixture *f = start(NULL);
@@ -1264,6 +1327,7 @@ int main(void)
 		cmocka_unit_test(drain_closes_idle_and_half_sent_at_once),
 		cmocka_unit_test(idle_close),
 		cmocka_unit_test(raw_pipelining_client_never_reads),
+		cmocka_unit_test(raw_write_timeout_window),
 		cmocka_unit_test(graceful_close_finishes_in_flight),
 	};
 	curl_global_init(CURL_GLOBAL_DEFAULT);

@@ -438,7 +438,7 @@ static void denv_open(struct denv *w, uint32_t rate, uint32_t burst, uint64_t pr
 	}
 	assert_int_equal(pg_pool_new(&w->e.loop, &po, &w->pool), 0);
 	http_server_config_defaults(&hc);
-	struct http_route route = { "POST", "/calls", 65536, provider_calls, &w->prov };
+	struct http_route route = { "POST", "/calls", 65536, provider_calls, &w->prov, false };
 	assert_int_equal(http_server_new(&w->e.loop, &hc, &route, 1, &w->prov.srv), 0);
 	snprintf(url, sizeof(url), "http://127.0.0.1:%d", http_server_port(w->prov.srv));
 	for (int i = 0; i < 2; i++) {

@@ -129,7 +129,8 @@ static void metrics_on_operator_listener(void **state)
 	assert_int_equal((int)wproc_stat(&stub, "calls_placed"), 4);
 	for (;;) {
 		a = get(op_port, "/metrics", "Bearer " TOKEN);
-		if (a.status == 200 && sample(a.body, "dispatcher_gate_mode{mode=\"redis\"}") == 1 &&
+		if (a.status == 200 &&
+		    sample(a.body, "dispatcher_gate_mode{mode=\"redis\"}") == 1 &&
 		    sample(a.body, "dispatcher_org_slots_in_use{org=\"o1\"}") == 4)
 			break;
 		answer_free(&a);
@@ -210,13 +211,14 @@ static void metrics_on_operator_listener(void **state)
 		(int)sample(t, "dispatcher_http_requests_total{listener=\"operator\",route=\"/"
 			       "healthz\",status=\"200\"}"),
 		1);
+	assert_int_equal((int)sample(t,
+				     "dispatcher_http_requests_total{listener=\"public\",route=\"/"
+				     "readyz\",status=\"200\"}"),
+			 1);
 	assert_int_equal(
-		(int)sample(t, "dispatcher_http_requests_total{listener=\"public\",route=\"/"
-			       "readyz\",status=\"200\"}"),
-		1);
-	assert_int_equal(
-		(int)sample(t, "dispatcher_http_requests_total{listener=\"public\",route=\"unmatched\","
-			       "status=\"404\"}"),
+		(int)sample(
+			t, "dispatcher_http_requests_total{listener=\"public\",route=\"unmatched\","
+			   "status=\"404\"}"),
 		1);
 	/* the rate limiter's family is there, empty until the API refuses */
 	assert_non_null(strstr(t, "# TYPE dispatcher_ratelimit_refused_total counter\n"));

@@ -471,7 +471,7 @@ static void close_writes_every_row(void **state)
 	struct wenv w;
 	struct sweep_options so = { .lease_ms = 60000 };
 	struct hprov h = { .answer = 3 };
-	struct http_route route = { "POST", "/calls", 65536, hprov_handle, &h };
+	struct http_route route = { "POST", "/calls", 65536, hprov_handle, &h, false };
 	struct http_server_config hc;
 	struct http_server *prov;
 	struct ledger_probe p;
@@ -567,7 +567,7 @@ static void lost_lease_overrides_verdict(void **state)
 	struct wenv w;
 	struct sweep_options so = { .lease_ms = 22000 };
 	struct hprov h = { .answer = 0 };
-	struct http_route route = { "POST", "/calls", 65536, hprov_handle, &h };
+	struct http_route route = { "POST", "/calls", 65536, hprov_handle, &h, false };
 	struct http_server_config hc;
 	struct http_server *prov;
 	char url[64], id[37];

@@ -1,0 +1,383 @@
+/* GET /api/v1/campaigns/{campaign_id}/capacity (SPEC C12, issue 10 item 2) against
+ * `dispatcher run` (role api: it serves and refreshes, it dials nothing) on a private
+ * PostgreSQL and Redis.
+ *
+ * The state is PostgreSQL's, as in production: live call rows and pending contacts are written
+ * before the worker starts, so its initial build puts the calls in the gate and its refresher
+ * installs the limits and floors from the backlog. Refusals are made by admissions from the
+ * test's own gate connection (gate_harness.h) under the worker's generation.
+ *
+ *  - source_example: org_limit 20, A (campaign_limit 50) running 7, B (no ceiling) running 10,
+ *    both with a large backlog -> A's answer is the source document's example, byte for byte
+ *    on its fields; B (at its floor) has no floor estimate, A (below, with 3 lines free) 0 s.
+ *  - not_found_and_unauthorized: another organisation's campaign and an unknown id 404, no key
+ *    401.
+ *  - floor_eta: E1 running 4 below its floor of 10 in a full pool, E2 running 16: E1's estimate
+ *    is the mean line-holding time of E2's recent calls minus the age of E2's 6th-oldest call.
+ *  - paused_and_enforcement_off: a paused campaign (available_now 0, limited_by paused);
+ *    concurrency management off (running + free system slots).
+ *  - refusals_move: refused admissions at the fair-share and organisation levels show in
+ *    refusals_last_minute.
+ *  - postgres_fallback: Redis stopped (the fleet in postgres mode): the same example from the
+ *    call rows, source "postgres", refusals null.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "api_test.h"
+#include "gate_harness.h"
+
+static struct embedded svc;
+static struct api_worker w;
+static PGconn *db;
+static char key_doc[APIKEY_LEN + 1], key_eta[APIKEY_LEN + 1], key_off[APIKEY_LEN + 1];
+
+static const char DOC_EXAMPLE[] =
+	"{\"running_now\":7,\"effective_limit\":10,\"limited_by\":\"a fair share of the "
+	"organisation pool across 2 active campaigns\",\"campaign_limit\":50,\"org_limit\":20,"
+	"\"available_now\":3,\"fair_share\":{\"active_campaigns\":2,\"guaranteed_floor\":10,"
+	"\"reserved_for_other_campaigns\":10}}";
+
+/* n live calls of campaign cmp (org's agent), the i-th (0-based) created age0 + i * step
+ * seconds ago. */
+static void live_calls(const char *org, const char *cmp, int n, int age0, int step)
+{
+	PQclear(api_sql(db,
+			"INSERT INTO calls (id, org_id, campaign_id, agent_id, to_number, state,"
+			" gate_mode, gate_epoch, provider_call_id, last_sequence, created_at,"
+			" answered_at) SELECT gen_random_uuid(), '%s', '%s', '%s-agent',"
+			" '+1555' || lpad(g::text, 7, '0'), 'live', 'redis',"
+			" (SELECT gate_epoch FROM system_settings), 'p-' || gen_random_uuid(), 2,"
+			" now() - make_interval(secs => %d + (g - 1) * %d),"
+			" now() - make_interval(secs => %d + (g - 1) * %d) + interval '2 s'"
+			" FROM generate_series(1, %d) g",
+			org, cmp, org, age0, step, age0, step, n));
+}
+
+/* n calls of cmp that held their line `dur` seconds and ended `ago` seconds ago. */
+static void ended_calls(const char *org, const char *cmp, int n, int dur, int ago)
+{
+	PQclear(api_sql(db,
+			"INSERT INTO calls (id, org_id, campaign_id, agent_id, to_number, state,"
+			" outcome, gate_mode, gate_epoch, created_at, ended_at)"
+			" SELECT gen_random_uuid(), '%s', '%s', '%s-agent',"
+			" '+1556' || lpad(g::text, 7, '0'), 'ended', 'completed', 'redis', 1,"
+			" now() - make_interval(secs => %d), now() - make_interval(secs => %d)"
+			" FROM generate_series(1, %d) g",
+			org, cmp, org, dur + ago, ago, n));
+}
+
+/* A large backlog: n pending contacts due now. */
+static void backlog(const char *org, const char *cmp, int n)
+{
+	PQclear(api_sql(db,
+			"INSERT INTO batches (id, org_id, campaign_id, name, total_contacts)"
+			" VALUES ('b-%s', '%s', '%s', 'b', %d)",
+			cmp, org, cmp, n));
+	PQclear(api_sql(
+		db,
+		"INSERT INTO contacts (org_id, campaign_id, batch_id, phone) SELECT '%s', "
+		"'%s', 'b-%s', '+1557' || lpad(g::text, 7, '0') FROM generate_series(1, %d) g",
+		org, cmp, cmp, n));
+}
+
+static int capacity(const char *key, const char *campaign, cJSON **out, struct raw_response *r)
+{
+	char path[160];
+	int st;
+
+	snprintf(path, sizeof(path), "/api/v1/campaigns/%s/capacity", campaign);
+	st = api_request(w.port, "GET", path, key, NULL, NULL, r);
+	*out = st == 200 ? api_body(r) : NULL;
+	return st;
+}
+
+/* The source document's fields of an answer, in its order, as compact JSON. */
+static char *doc_fields(const cJSON *j)
+{
+	static const char *const fields[] = { "running_now",	"effective_limit", "limited_by",
+					      "campaign_limit", "org_limit",	   "available_now",
+					      "fair_share" };
+	cJSON *o = cJSON_CreateObject();
+
+	for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, fields[i]);
+		assert_non_null(v);
+		cJSON_AddItemToObject(o, fields[i], cJSON_Duplicate(v, true));
+	}
+	char *s = cJSON_PrintUnformatted(o);
+	cJSON_Delete(o);
+	return s;
+}
+
+/* Polls until campaign's answer has the floor wanted installed (the refresher's first install
+ * after the worker's start), then returns that answer. */
+static cJSON *capacity_when_floor(const char *key, const char *campaign, int floor)
+{
+	long long deadline = fixture_now_ms() + API_WAIT_MS;
+
+	for (;;) {
+		struct raw_response r;
+		cJSON *j;
+		int st = capacity(key, campaign, &j, &r);
+
+		raw_response_free(&r);
+		if (st == 200 && (int)api_num(j, "fair_share.guaranteed_floor") == floor &&
+		    strcmp(api_str(j, "source"), "gate") == 0)
+			return j;
+		cJSON_Delete(j);
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(100);
+	}
+}
+
+static void source_example(void **state)
+{
+	(void)state;
+	cJSON *j = capacity_when_floor(key_doc, "A", 10);
+	char *s = doc_fields(j);
+	char *all = cJSON_PrintUnformatted(j);
+
+	print_message("A: %s\n", all);
+	assert_string_equal(s, DOC_EXAMPLE);
+	assert_string_equal(api_str(j, "source"), "gate");
+	assert_string_equal(api_str(j, "limited_by_level"), "fair_share");
+	/* Below its floor with the 3 lines it is short of free now: 0 s. */
+	assert_int_equal((int)api_num(j, "floor_eta.estimated_seconds"), 0);
+	assert_int_equal((int)api_num(j, "floor_eta.lines_short"), 3);
+	assert_non_null(strstr(api_str(j, "floor_eta.basis"), "estimate"));
+	assert_int_equal((int)api_num(j, "refusals_last_minute.fair_share"), 0);
+	free(s);
+	free(all);
+	cJSON_Delete(j);
+
+	/* B: no ceiling (null), at its floor: no estimate. */
+	struct raw_response r;
+	assert_int_equal(capacity(key_doc, "B", &j, &r), 200);
+	print_message("B: %s\n", r.body);
+	raw_response_free(&r);
+	assert_int_equal((int)api_num(j, "running_now"), 10);
+	assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "campaign_limit")));
+	assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "floor_eta")));
+	assert_int_equal((int)api_num(j, "available_now"), 0);
+	cJSON_Delete(j);
+}
+
+static void not_found_and_unauthorized(void **state)
+{
+	struct raw_response r;
+	cJSON *j;
+
+	(void)state;
+	assert_int_equal(capacity(key_doc, "E1", &j, &r), 404); /* org-eta's */
+	assert_non_null(strstr(r.body, "\"error\":\"not_found\""));
+	raw_response_free(&r);
+	assert_int_equal(capacity(key_doc, "no-such-campaign", &j, &r), 404);
+	raw_response_free(&r);
+	assert_int_equal(capacity(key_doc, "bad.id", &j, &r), 404);
+	raw_response_free(&r);
+	assert_int_equal(capacity(key_eta, "A", &j, &r), 404);
+	raw_response_free(&r);
+	assert_int_equal(capacity(NULL, "A", &j, &r), 401);
+	raw_response_free(&r);
+}
+
+static void floor_eta(void **state)
+{
+	struct raw_response r;
+	cJSON *j;
+
+	(void)state;
+	j = capacity_when_floor(key_eta, "E1", 10);
+	char *all = cJSON_PrintUnformatted(j);
+	print_message("E1: %s\n", all);
+	free(all);
+	assert_int_equal((int)api_num(j, "running_now"), 4);
+	assert_int_equal((int)api_num(j, "available_now"), 0); /* 20 of 20 lines live */
+	assert_int_equal((int)api_num(j, "floor_eta.lines_short"), 6);
+	assert_int_equal((int)api_num(j, "floor_eta.lines_to_be_freed"), 6);
+	assert_true(api_num(j, "floor_eta.mean_call_seconds") == 300.0);
+	/* E2's calls are 5, 15, ..., 155 s old at the insert: its 6th-oldest 105 s, plus the
+	 * seconds since. 300 - 105 = 195 at most. */
+	int eta = (int)api_num(j, "floor_eta.estimated_seconds");
+	assert_true(eta <= 195 && eta >= 195 - API_WAIT_MS / 1000);
+	assert_non_null(strstr(api_str(j, "floor_eta.basis"), "estimate"));
+	cJSON_Delete(j);
+
+	assert_int_equal(capacity(key_eta, "E2", &j, &r), 200);
+	raw_response_free(&r);
+	assert_int_equal((int)api_num(j, "running_now"), 16);
+	assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "floor_eta")));
+	cJSON_Delete(j);
+}
+
+static void paused_and_enforcement_off(void **state)
+{
+	struct raw_response r;
+	cJSON *j;
+
+	(void)state;
+	assert_int_equal(capacity(key_off, "P1", &j, &r), 200);
+	print_message("P1: %s\n", r.body);
+	raw_response_free(&r);
+	assert_int_equal((int)api_num(j, "running_now"), 3);
+	assert_int_equal((int)api_num(j, "available_now"), 0);
+	assert_int_equal((int)api_num(j, "effective_limit"), 3);
+	assert_string_equal(api_str(j, "limited_by"), "the campaign is paused");
+	assert_string_equal(api_str(j, "limited_by_level"), "paused");
+	assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "floor_eta")));
+	cJSON_Delete(j);
+
+	/* org-off has concurrency management off: running + the system's free slots. */
+	PGresult *res = api_sql(db, "SELECT (SELECT global_limit FROM system_settings) - "
+				    "(SELECT count(*) FROM calls WHERE state = 'live')");
+	int free_sys = atoi(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	assert_int_equal(capacity(key_off, "F1", &j, &r), 200);
+	print_message("F1: %s\n", r.body);
+	raw_response_free(&r);
+	assert_int_equal((int)api_num(j, "running_now"), 2);
+	assert_int_equal((int)api_num(j, "available_now"), free_sys);
+	assert_int_equal((int)api_num(j, "effective_limit"), 2 + free_sys);
+	assert_string_equal(api_str(j, "limited_by"),
+			    "concurrency management is off for this organisation");
+	assert_string_equal(api_str(j, "limited_by_level"), "enforcement_off");
+	cJSON_Delete(j);
+}
+
+static void refusals_move(void **state)
+{
+	struct gate_env env;
+	char gen[GATE_GEN_MAX + 1] = "";
+	struct raw_response r;
+	cJSON *j;
+
+	(void)state;
+	assert_int_equal(capacity(key_doc, "A", &j, &r), 200);
+	raw_response_free(&r);
+	assert_int_equal((int)api_num(j, "refusals_last_minute.fair_share"), 0);
+	assert_string_equal(api_str(j, "refusals_last_minute.scope"), "organisation");
+	cJSON_Delete(j);
+
+	genv_open(&env, svc.redis_url, "cap-test", true);
+	genv_cmd(&env, gen, sizeof(gen), "GET", GATE_SYS_GEN_KEY, NULL);
+	assert_true(gen[0]);
+	assert_int_equal(gate_set_generation(env.g, gen), 0);
+	/* B at its floor, A short of 3 on 17 of 20: B is refused at the fair-share level. */
+	struct admit_out o =
+		genv_admit(&env, "org-doc", "00000000-0000-4000-8000-000000000001", "B");
+	assert_int_equal(o.status, 0);
+	assert_int_equal(o.r.outcome, GATE_REFUSED);
+	o = genv_admit(&env, "org-doc", "00000000-0000-4000-8000-000000000002", "B");
+	assert_int_equal(o.r.outcome, GATE_REFUSED);
+	/* org-eta: 20 of 20: refused at the organisation level. */
+	o = genv_admit(&env, "org-eta", "00000000-0000-4000-8000-000000000003", "E1");
+	assert_int_equal(o.status, 0);
+	assert_int_equal(o.r.outcome, GATE_REFUSED);
+	genv_close(&env);
+
+	assert_int_equal(capacity(key_doc, "A", &j, &r), 200);
+	print_message("A after: %s\n", r.body);
+	raw_response_free(&r);
+	assert_int_equal((int)api_num(j, "refusals_last_minute.fair_share"), 2);
+	assert_int_equal((int)api_num(j, "refusals_last_minute.organisation"), 0);
+	cJSON_Delete(j);
+	assert_int_equal(capacity(key_eta, "E2", &j, &r), 200);
+	raw_response_free(&r);
+	assert_int_equal((int)api_num(j, "refusals_last_minute.organisation"), 1);
+	assert_int_equal((int)api_num(j, "refusals_last_minute.fair_share"), 0);
+	assert_int_equal((int)api_num(j, "refusals_last_minute.system"), 0);
+	assert_int_equal((int)api_num(j, "refusals_last_minute.agent"), 0);
+	assert_int_equal((int)api_num(j, "refusals_last_minute.campaign"), 0);
+	cJSON_Delete(j);
+}
+
+static void postgres_fallback(void **state)
+{
+	struct raw_response r;
+	cJSON *j = NULL;
+
+	(void)state;
+	assert_int_equal(embedded_redis_stop(&svc), 0);
+	long long deadline = fixture_now_ms() + API_WAIT_MS;
+	for (;;) { /* the first request may still meet the connection before its down */
+		assert_int_equal(capacity(key_doc, "A", &j, &r), 200);
+		raw_response_free(&r);
+		if (strcmp(api_str(j, "source"), "postgres") == 0)
+			break;
+		cJSON_Delete(j);
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(100);
+	}
+	char *all = cJSON_PrintUnformatted(j), *s = doc_fields(j);
+	print_message("A from PostgreSQL: %s\n", all);
+	assert_string_equal(s, DOC_EXAMPLE);
+	assert_true(cJSON_IsNull(cJSON_GetObjectItem(j, "refusals_last_minute")));
+	free(all);
+	free(s);
+	cJSON_Delete(j);
+	assert_int_equal(embedded_redis_start(&svc), 0);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	fixture_start(&svc, true, true, false, true);
+	db = fixture_pg(&svc);
+
+	api_make_org(db, "org-doc", 20, NULL);
+	PQclear(api_sql(db,
+			"INSERT INTO campaigns (id, org_id, agent_id, name, "
+			"max_concurrent_calls) VALUES ('A', 'org-doc', 'org-doc-agent', 'A', 50),"
+			" ('B', 'org-doc', 'org-doc-agent', 'B', NULL)"));
+	live_calls("org-doc", "A", 7, 5, 10);
+	live_calls("org-doc", "B", 10, 5, 10);
+	backlog("org-doc", "A", 500);
+	backlog("org-doc", "B", 500);
+	api_make_key(db, "org-doc", "doc", key_doc, NULL);
+
+	api_make_org(db, "org-eta", 20, "E1", "E2", NULL);
+	live_calls("org-eta", "E1", 4, 5, 10);
+	live_calls("org-eta", "E2", 16, 5, 10);
+	ended_calls("org-eta", "E2", 8, 300, 120);
+	ended_calls("org-eta", "E2", 3, 50, 3600); /* outside the 15-minute window */
+	backlog("org-eta", "E1", 500);
+	backlog("org-eta", "E2", 500);
+	api_make_key(db, "org-eta", "eta", key_eta, NULL);
+
+	api_make_org(db, "org-off", 10, "P1", "F1", NULL);
+	PQclear(api_sql(db, "UPDATE campaigns SET status = 'paused' WHERE id = 'P1'"));
+	PQclear(api_sql(db, "UPDATE organisations SET concurrency_management_enabled = false "
+			    "WHERE id = 'org-off'"));
+	live_calls("org-off", "P1", 3, 5, 10);
+	live_calls("org-off", "F1", 2, 5, 10);
+	backlog("org-off", "F1", 50);
+	api_make_key(db, "org-off", "off", key_off, NULL);
+
+	setenv("DISPATCHER_ROLE", "api", 1); /* serves and refreshes; dials nothing */
+	api_worker_start(&w, "api-cap");
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	api_worker_kill(&w);
+	PQfinish(db);
+	embedded_stop(&svc);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(source_example), cmocka_unit_test(not_found_and_unauthorized),
+		cmocka_unit_test(floor_eta),	  cmocka_unit_test(paused_and_enforcement_off),
+		cmocka_unit_test(refusals_move),  cmocka_unit_test(postgres_fallback),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
