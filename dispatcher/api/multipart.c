@@ -150,8 +150,9 @@ static int part_headers(struct multipart *m)
 			multipart_media_type(v, type, sizeof(type));
 			if (strcmp(type, "form-data") != 0 ||
 			    !multipart_param(v, "name", p->name, sizeof(p->name)))
-				return bad(m, "a part's Content-Disposition is not form-data with a "
-					      "name");
+				return bad(m,
+					   "a part's Content-Disposition is not form-data with a "
+					   "name");
 			char fn[sizeof(p->filename)];
 			if (multipart_param(v, "filename", fn, sizeof(fn))) {
 				const char *base = fn;
@@ -286,8 +287,8 @@ long multipart_feed(struct multipart *m, const char *buf, size_t len)
 			m->hbuf[m->hlen] = '\0';
 			i++;
 			if (m->hlen >= 2 && memcmp(m->hbuf + m->hlen - 2, "\r\n", 2) == 0 &&
-			    (m->hlen == 2 || (m->hlen >= 4 && memcmp(m->hbuf + m->hlen - 4,
-								     "\r\n\r\n", 4) == 0))) {
+			    (m->hlen == 2 ||
+			     (m->hlen >= 4 && memcmp(m->hbuf + m->hlen - 4, "\r\n\r\n", 4) == 0))) {
 				if ((rc = part_headers(m)) < 0)
 					return rc;
 				m->state = ST_BODY;

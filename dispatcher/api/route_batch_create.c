@@ -20,6 +20,8 @@
 #include "multipart.h"
 #include "pg_pool.h"
 
+#include <openssl/crypto.h> /* OPENSSL_cleanse */
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -27,11 +29,10 @@
 #include <string.h>
 #include <strings.h>
 
-#define IMPORTS_MAX    2     /* concurrent imports per process, at most (and half the pool) */
-#define BUSY_RETRY_S   "5"   /* Retry-After of the 503 when that many run */
-#define TOP_FIELDS_MAX 32    /* fields of the JSON body's object */
-#define VALUE_BYTES    256   /* a query parameter or form field, decoded */
-#define STEP_BYTES     65536 /* a buffered body is fed in pieces this large */
+#define IMPORTS_MAX    2   /* concurrent imports per process, at most (and half the pool) */
+#define BUSY_RETRY_S   "5" /* Retry-After of the 503 when that many run */
+#define TOP_FIELDS_MAX 32  /* fields of the JSON body's object */
+#define VALUE_BYTES    256 /* a query parameter or form field, decoded */
 
 static unsigned imports_running; /* this process's imports (the loop's thread only) */
 
@@ -91,6 +92,28 @@ static void error_fmt(struct api_call *c, int status, const char *code, const ch
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	api_error(c, status, code, msg);
+}
+
+/* A request the server has finished itself (a streamed body's failure: the client went away,
+ * a 413 or 408 it answered): freed without answering, as api.c frees an answered one. */
+static void call_drop(struct api_call *c)
+{
+	OPENSSL_cleanse(c->hash, sizeof(c->hash));
+	free(c);
+}
+
+/* The batch's name when none is given: the file's, cut to BATCH_IMPORT_MAX_NAME bytes on a
+ * UTF-8 boundary. */
+static void name_from_file(char *out, size_t size, const char *file)
+{
+	size_t n = strlen(file);
+
+	if (n > BATCH_IMPORT_MAX_NAME) {
+		n = BATCH_IMPORT_MAX_NAME;
+		while (n > 0 && ((unsigned char)file[n] & 0xC0) == 0x80)
+			n--;
+	}
+	snprintf(out, size, "%.*s", (int)n, file);
 }
 
 static bool ends_with_csv(const char *name)
@@ -533,8 +556,6 @@ struct upload {
 	char cb_msg[256];
 	char *pending; /* input taken from the server but not yet parsed (paused) */
 	size_t pending_len, pending_cap;
-	const char *body; /* a buffered body, fed in steps */
-	size_t body_len, body_off;
 	struct multipart mp;
 };
 
@@ -692,6 +713,10 @@ static int mp_begin(const struct multipart_part *p, void *ud)
 			       "form field before the file part");
 	u->file_seen = true;
 	u->field = F_FILE;
+	if (!u->has_name) {
+		name_from_file(u->name, sizeof(u->name), p->filename);
+		u->has_name = true;
+	}
 	if (upload_start(u))
 		return -ECANCELED; /* answered */
 	return 0;
@@ -792,36 +817,44 @@ static void upload_end(struct upload *u)
 	batch_import_finish(u->imp);
 }
 
-/* Feeds a buffered body in steps, until a pause, an answer or its end. */
-static void upload_pump(struct upload *u)
-{
-	while (!u->paused && !u->stopped && u->body_off < u->body_len) {
-		size_t n = u->body_len - u->body_off;
-		if (n > STEP_BYTES)
-			n = STEP_BYTES;
-		const char *p = u->body + u->body_off;
-		u->body_off += n;
-		upload_input(u, p, n);
-	}
-	if (!u->paused && !u->stopped && u->body_off == u->body_len)
-		upload_end(u);
-}
-
 static void upload_resume(void *data)
 {
 	struct upload *u = data;
 
 	u->busy++;
 	u->paused = false;
-	if (u->c && http_request_aborted(u->c->req)) {
-		upload_fail(u, 503, "aborted", "The client went away.");
-	} else if (u->pending_len) {
+	if (u->pending_len) {
 		size_t n = u->pending_len;
 		u->pending_len = 0;
 		upload_input(u, u->pending, n);
 	}
-	if (!u->paused)
-		upload_pump(u);
+	if (!u->paused && !u->stopped && u->c)
+		http_request_body_resume(u->c->req); /* may call on_body() at once */
+	u->busy--;
+	upload_maybe_free(u);
+}
+
+/* The streamed body (http_request_body_read()): pieces, then its end or a failure. */
+static void on_body(struct http_request *req, const char *buf, size_t len, int status, void *data)
+{
+	struct upload *u = data;
+
+	u->busy++;
+	if (status < 0) { /* the server has finished the request: no answer from us */
+		u->stopped = true;
+		call_drop(u->c);
+		u->c = NULL;
+		if (u->imp && !u->finished)
+			batch_import_abort(u->imp, upload_closed, u);
+	} else if (len) {
+		upload_input(u, buf, len);
+	} else {
+		upload_end(u);
+	}
+	/* A pause, or an outcome already settled that the import has yet to answer: the socket
+	 * is not read meanwhile. */
+	if (u->c && (u->paused || u->stopped))
+		http_request_body_pause(req);
 	u->busy--;
 	upload_maybe_free(u);
 }
@@ -927,6 +960,10 @@ void api_batch_upload(struct api_call *c)
 				  "field campaign_id is missing: give it as a query parameter");
 			return;
 		}
+		if (named && !u->has_name) {
+			name_from_file(u->name, sizeof(u->name), fname);
+			u->has_name = true;
+		}
 	}
 	if (u->has_cid && strlen(u->campaign_id) >= API_ID_SIZE) {
 		free(u);
@@ -946,9 +983,10 @@ void api_batch_upload(struct api_call *c)
 	u->busy++;
 	if (!multipart)
 		upload_start(u);
-	if (u->c) {
-		u->body = http_request_body(c->req, &u->body_len);
-		upload_pump(u);
+	if (u->c && (rc = http_request_body_read(c->req, on_body, u))) {
+		/* The body can no longer be read (the client went away): answered for form's sake,
+		 * the server drops it. */
+		upload_fail(u, 400, "bad_request", "The request body cannot be read.");
 	}
 	u->busy--;
 	upload_maybe_free(u);
