@@ -95,8 +95,8 @@ static void json_created(void **state)
 	assert_string_equal(api_str(j, "source"), "json");
 	assert_string_equal(api_str(j, "status"), "active");
 	assert_int_equal(api_num(j, "total_contacts"), 3);
-	assert_true(cJSON_IsTrue(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pending_ceiling"),
-						     "checked")));
+	assert_true(cJSON_IsTrue(
+		cJSON_GetObjectItem(cJSON_GetObjectItem(j, "pending_ceiling"), "checked")));
 	const char *id = api_str(j, "id");
 	assert_int_equal(sql_num("SELECT count(*) FROM contacts WHERE batch_id = '%s'", id), 3);
 	assert_int_equal(sql_num("SELECT count(*) FROM contacts WHERE batch_id = '%s' AND "
@@ -162,13 +162,15 @@ static void json_errors(void **state)
 	expect_error("/v2/batches", NULL,
 		     "{\"campaign_id\":\"cmp-b\",\"contacts\":[{\"phone\":\"+14155550100\"}]}", 404,
 		     "not_found", NULL); /* org-b's */
-	expect_error("/v2/batches", NULL,
-		     "{\"campaign_id\":\"cmp-a-stopped\",\"contacts\":[{\"phone\":\"+14155550100\"}]}",
-		     409, "campaign_not_accepting", NULL);
+	expect_error(
+		"/v2/batches", NULL,
+		"{\"campaign_id\":\"cmp-a-stopped\",\"contacts\":[{\"phone\":\"+14155550100\"}]}",
+		409, "campaign_not_accepting", NULL);
 
 	/* 30 contacts, 25 bad: exactly 20 named, 25 counted, nothing written. */
 	char body[8192];
-	size_t n = (size_t)snprintf(body, sizeof(body), "{\"campaign_id\":\"cmp-a\",\"contacts\":[");
+	size_t n =
+		(size_t)snprintf(body, sizeof(body), "{\"campaign_id\":\"cmp-a\",\"contacts\":[");
 	for (int i = 0; i < 30; i++)
 		n += (size_t)snprintf(body + n, sizeof(body) - n, "%s{\"phone\":\"%s%d\"}",
 				      i ? "," : "", i < 5 ? "+1415555" : "bad", 1000 + i);
@@ -230,8 +232,8 @@ static void ceiling_at_below_above(void **state)
 	size_t n = (size_t)snprintf(body, sizeof(body), "phone\n");
 	for (int i = 0; i < 11; i++)
 		n += (size_t)snprintf(body + n, sizeof(body) - n, "+1415557%04d\n", i);
-	assert_int_equal(
-		post("/v2/batches/upload?campaign_id=cmp-c2", key, "text/csv", body, &r), 422);
+	assert_int_equal(post("/v2/batches/upload?campaign_id=cmp-c2", key, "text/csv", body, &r),
+			 422);
 	assert_non_null(strstr(r.body, "pending_ceiling_exceeded"));
 	raw_response_free(&r);
 }
@@ -256,8 +258,9 @@ static char *multipart_body(const char *fields, const char *filename, const char
 static void csv_created(void **state)
 {
 	(void)state;
-	char *b = multipart_body(NULL, "spring.csv", "text/csv",
-				 "phone,first_name\r\n+14155550200,Ada\r\n\"+14155550201\",\"G, H\"\r\n");
+	char *b = multipart_body(
+		NULL, "spring.csv", "text/csv",
+		"phone,first_name\r\n+14155550200,Ada\r\n\"+14155550201\",\"G, H\"\r\n");
 	cJSON *j = post_json("/v2/batches/upload?campaign_id=cmp-a", MP, b, 201);
 	free(b);
 	assert_string_equal(api_str(j, "source"), "csv");
@@ -386,7 +389,8 @@ static void body_limits(void **state)
 	raw_response_free(&r);
 
 	/* At: a body of exactly the limit (one contact, then spaces) is imported. */
-	const char *json = "{\"campaign_id\":\"cmp-a\",\"contacts\":[{\"phone\":\"+14155550400\"}]}";
+	const char *json =
+		"{\"campaign_id\":\"cmp-a\",\"contacts\":[{\"phone\":\"+14155550400\"}]}";
 	size_t total = API_BATCH_JSON_BODY_MAX_T, jl = strlen(json);
 	char *pad = malloc(1 << 20);
 	assert_non_null(pad);
@@ -493,9 +497,10 @@ static void import_250k_rss(void **state)
 				    "\"contacts\":[");
 	for (int i = 0; i < N; i++) {
 		cl += (size_t)sprintf(csv + cl, "+1%d,name%d\n", 2000000000 + i, i);
-		jl += (size_t)sprintf(json + jl,
-				      "%s{\"phone\":\"+1%d\",\"variables\":{\"first_name\":\"name%d\"}}",
-				      i ? "," : "", 3000000000u + (unsigned)i, i);
+		jl += (size_t)sprintf(
+			json + jl,
+			"%s{\"phone\":\"+1%d\",\"variables\":{\"first_name\":\"name%d\"}}",
+			i ? "," : "", 3000000000u + (unsigned)i, i);
 	}
 	jl += (size_t)sprintf(json + jl, "]}");
 	/* Each import in a fresh worker, so that VmHWM is its own. */
@@ -551,10 +556,14 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(json_created),	 cmocka_unit_test(json_errors),
-		cmocka_unit_test(ceiling_at_below_above), cmocka_unit_test(csv_created),
-		cmocka_unit_test(csv_errors),	 cmocka_unit_test(body_limits),
-		cmocka_unit_test(imports_capped), cmocka_unit_test(import_250k_rss),
+		cmocka_unit_test(json_created),
+		cmocka_unit_test(json_errors),
+		cmocka_unit_test(ceiling_at_below_above),
+		cmocka_unit_test(csv_created),
+		cmocka_unit_test(csv_errors),
+		cmocka_unit_test(body_limits),
+		cmocka_unit_test(imports_capped),
+		cmocka_unit_test(import_250k_rss),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
