@@ -13,6 +13,7 @@ packages=(
 	curl                                          # HTTP tests drive the server with a real client
 	wrk                                           # benchmarks
 	clang-format                                  # format-check run target
+	clang libclang-rt-14-dev                      # fuzz targets: libFuzzer, ASan/UBSan runtimes (tests/fuzz)
 )
 
 missing=()

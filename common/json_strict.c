@@ -10,18 +10,22 @@
 #define SMALL_OBJECT 16 /* objects up to this many keys are checked pairwise, larger sorted */
 
 /* Finds a control character inside a string, raw or as \u0000, before cJSON sees the text:
- * cJSON copies a raw NUL into the string (ending it early) and decodes \u0000 to one. */
-static bool scan_strings(const char *buf, size_t len, char *err, size_t errlen)
+ * cJSON copies a raw NUL into the string (ending it early) and decodes \u0000 to one. Also
+ * finds the first control character outside strings other than tab, CR and LF (*ctl; len when
+ * none): cJSON skips every byte up to 32 as whitespace, NUL included, where RFC 8259 allows
+ * only these four — the caller refuses it when it lies inside the value. */
+static bool scan_strings(const char *buf, size_t len, size_t *ctl, char *err, size_t errlen)
 {
 	bool in = false;
 
+	*ctl = len;
 	for (size_t i = 0; i < len; i++) {
 		unsigned char ch = (unsigned char)buf[i];
 		if (!in) {
 			if (ch == '"')
 				in = true;
-			else if (ch == 0)
-				break; /* not in a string: cJSON or the trailing check refuses it */
+			else if (ch < 0x20 && ch != '\t' && ch != '\r' && ch != '\n' && *ctl == len)
+				*ctl = i; /* and go on: the strings after it are checked too */
 			continue;
 		}
 		if (ch == '"') {
@@ -119,11 +123,12 @@ cJSON *json_strict_parse(const char *buf, size_t len, char *err, size_t errlen)
 {
 	const char *end = NULL;
 	char path[96] = "";
+	size_t ctl;
 	cJSON *j;
 
 	if (errlen)
 		err[0] = '\0';
-	if (!scan_strings(buf, len, err, errlen))
+	if (!scan_strings(buf, len, &ctl, err, errlen))
 		return NULL;
 	if (!(j = cJSON_ParseWithLengthOpts(buf, len, &end, 0))) {
 		const char *at = cJSON_GetErrorPtr();
@@ -132,6 +137,12 @@ cJSON *json_strict_parse(const char *buf, size_t len, char *err, size_t errlen)
 		return NULL;
 	}
 	size_t pos = (size_t)(end - buf);
+	if (ctl < pos) {
+		snprintf(err, errlen,
+			 "invalid JSON at byte %zu: a control character outside a string", ctl);
+		cJSON_Delete(j);
+		return NULL;
+	}
 	while (pos < len && strchr(" \t\r\n", buf[pos]) && buf[pos])
 		pos++;
 	if (pos < len) {

@@ -26,8 +26,10 @@
 #define JSON_STRICT_INT_MAX 9007199254740992LL
 
 /* Parses buf (len bytes, need not be NUL-terminated) as exactly one JSON value, surrounded
- * by optional whitespace. Refuses, with a message in err (errlen bytes, always terminated):
- * invalid JSON ("...at byte N"); bytes after the value ("trailing bytes after the JSON value
+ * by optional whitespace (space, tab, CR, LF only). Refuses, with a message in err (errlen
+ * bytes, always terminated): invalid JSON ("...at byte N"), which includes a NUL or another
+ * control character between tokens ("invalid JSON at byte N: a control character outside a
+ * string" — cJSON alone skips them as whitespace); bytes after the value ("trailing bytes after the JSON value
  * at byte N"); a NUL or another control character inside a string, raw or as \u0000 ("at
  * byte N"); a key twice in one object ("field contacts[3].to appears twice"). Returns the
  * tree (free with cJSON_Delete) or NULL. */

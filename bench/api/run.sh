@@ -78,6 +78,10 @@ url=http://127.0.0.1:$port
 } >"$table"
 bench() { # name path script
 	local name=$1 path=$2 script=$3
+	if [ "$script" = get.lua ]; then # one request first: what the benchmark is measuring
+		echo "# $name: $(curl -s -w ' -> HTTP %{http_code}' -H "Authorization: Bearer $API_KEY" \
+			"$url$path" | head -c 400)" >>"$table"
+	fi
 	wrk -t2 -c"$conns" -d"$dur" --latency -s "$root/bench/api/$script" "$url$path" >"$tmp/wrk.txt" 2>&1
 	local rps lat
 	rps=$(sed -n 's/^Requests\/sec:[[:space:]]*//p' "$tmp/wrk.txt")

@@ -27,6 +27,8 @@ struct demo_procs {
 	int stub_port;
 	pid_t workers[DEMO_WORKERS_MAX];
 	unsigned n_workers;
+	int operator_ports
+		[DEMO_WORKERS_MAX]; /* each worker's operator listener (/metrics, /status) */
 };
 
 struct demo_worker_env {

@@ -195,8 +195,8 @@ int demo_workers_start(struct demo_procs *p, const char *self, unsigned n,
 		       const struct demo_worker_env *we)
 {
 	char db[600], redis[300], provider[80], secret[120], listen[64], public[80], id[64];
-	char level[48], log_path[300];
-	char *set[] = { db, redis, provider, secret, listen, public, id, level };
+	char level[48], log_path[300], op[64];
+	char *set[] = { db, redis, provider, secret, listen, public, id, level, op };
 
 	snprintf(level, sizeof(level), "DISPATCHER_LOG_LEVEL=%s",
 		 we->log_level ? we->log_level : "warn");
@@ -209,6 +209,10 @@ int demo_workers_start(struct demo_procs *p, const char *self, unsigned n,
 	snprintf(public, sizeof(public), "DISPATCHER_PUBLIC_URL=http://127.0.0.1:%d", we->port);
 	for (unsigned i = 0; i < n; i++) {
 		snprintf(id, sizeof(id), "DISPATCHER_WORKER_ID=demo-w%u", i + 1);
+		/* Each worker its own operator listener: they share the public port, not this one. */
+		p->operator_ports[i] = demo_free_port();
+		snprintf(op, sizeof(op), "DISPATCHER_OPERATOR_LISTEN=127.0.0.1:%d",
+			 p->operator_ports[i]);
 		snprintf(log_path, sizeof(log_path), "%s/worker-%u.log", p->dir, i + 1);
 		char **env = worker_env(set, sizeof(set) / sizeof(set[0]));
 		char *argv[] = { (char *)self, "run", NULL };

@@ -50,6 +50,8 @@ static void unreserve_all(struct sadmit *a)
 		a->cand[i] = NULL;
 	}
 	a->n = 0;
+	if (a->org->revoked)
+		sel_hand_back_revoked(a->org);
 }
 
 /* The contact of candidate i leaves the set (admitted, or lost). */
@@ -146,7 +148,12 @@ static void not_written(struct sadmit *a, int index, enum gate_pg_outcome w)
 	struct select *s = a->org->s;
 
 	if (w == GATE_PG_LEASE_LOST || w == GATE_PG_EXISTS || w == GATE_PG_UNKNOWN) {
-		free(take_cand(a, (uint32_t)index)); /* not ours any more, or settled elsewhere */
+		struct scontact *c = take_cand(a, (uint32_t)index);
+		/* Lease lost includes a batch or campaign stopped or paused since the claim: the
+		 * contact goes back now (held, cancelled), not at the lease's end. */
+		if (c && w == GATE_PG_LEASE_LOST)
+			sel_hand_back_one(s, c->id, c->token);
+		free(c); /* not ours any more, or settled elsewhere */
 		s->st.lost++;
 	}
 	if (w == GATE_PG_STALE_EPOCH)

@@ -38,7 +38,7 @@
 	"   WHERE k.campaign_id = w.campaign_id AND k.state = 'pending'"                           \
 	"   AND k.next_attempt_at <= now() ORDER BY k.next_attempt_at, k.id LIMIT w.n"             \
 	"   FOR UPDATE OF k SKIP LOCKED) p))"                                                      \
-	" RETURNING c.id, c.campaign_id, c.phone, c.attempts, c.lease_token"
+	" RETURNING c.id, c.campaign_id, c.phone, c.attempts, c.lease_token, c.batch_id"
 
 /* $1 contact ids, $2 lease tokens (arrays). Back undialled, nothing charged; cancelled when the
  * batch or the campaign is stopped now, held when either is paused (as the sweep does). */
@@ -166,6 +166,7 @@ static void take_done(int status, const struct pg_results *r, void *data)
 			rows[i].phone = PQgetvalue(res, (int)i, 2);
 			rows[i].attempts = (int32_t)strtol(PQgetvalue(res, (int)i, 3), NULL, 10);
 			rows[i].lease_token = strtoll(PQgetvalue(res, (int)i, 4), NULL, 10);
+			rows[i].batch = PQgetvalue(res, (int)i, 5);
 		}
 	}
 	cb(q->c, status, status ? NULL : rows, n, q->data);

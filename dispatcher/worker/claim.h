@@ -54,6 +54,7 @@ struct claim_contact {
 	const char *phone; /* E.164 */
 	int32_t attempts;  /* calls that reached an outcome so far (D5) */
 	int64_t lease_token;
+	const char *batch; /* its batch (stop / pause: select_dispatch_notify()) */
 };
 
 /* A contact to hand back: the claim's id and token. */

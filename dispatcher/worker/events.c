@@ -3,21 +3,16 @@
 #include "events.h"
 
 #include "error.h"
-#include "json_strict.h"
-#include "gate_pg_int.h" /* pgarr, gate_pg_uuid_ok */
+#include "gate_pg_int.h" /* pgarr, gate_pg_id_ok */
 #include "list.h"
 #include "log.h"
 #include "signing.h"
 
-#include <cjson/cJSON.h>
-#include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#define UUID_SZ 37
 
 /* $1 call ids, $2 sequences, $3 statuses, $4 provider call ids, $5 occurred_at (µs since the
  * epoch, NULL when not given). Per event, in order: whether the call row exists, and whether
@@ -50,20 +45,12 @@ static const char sql_record[] =
 	" EXISTS (SELECT 1 FROM ins WHERE ins.call_id = i.call_id AND ins.sequence = i.seq)"
 	" FROM i WHERE (SELECT count(*) FROM u) >= 0 ORDER BY i.n";
 
-static const char *const terminal_statuses[] = { "completed", "failed", "no-answer", "busy",
-						 "canceled" };
-
 struct evreq {
 	struct list_node node;
 	struct events *ev;
 	struct http_request *req;
-	char call[UUID_SZ];
-	char pcid[EVENTS_PROVIDER_ID_MAX + 1];
-	char status[16];
-	int32_t seq;
-	bool has_time, terminal;
-	int64_t occ_us;
-	char org[65]; /* from the callback URL's ?org= (early release), "" when none */
+	struct events_event e; /* the body, validated (events_body.h) */
+	char org[65];	       /* from the callback URL's ?org= (early release), "" when none */
 };
 
 struct batch {
@@ -142,84 +129,6 @@ struct http_route events_route(struct events *ev)
 				    .data = ev };
 }
 
-/* --- RFC 3339 --- */
-
-static int digits(const char *s, int n, int *out)
-{
-	int v = 0;
-
-	for (int i = 0; i < n; i++) {
-		if (!isdigit((unsigned char)s[i]))
-			return -EINVAL;
-		v = v * 10 + (s[i] - '0');
-	}
-	*out = v;
-	return 0;
-}
-
-/* Days from 1970-01-01 to y-m-d (proleptic Gregorian; H. Hinnant's days_from_civil). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-	y -= m <= 2;
-	int64_t era = (y >= 0 ? y : y - 399) / 400;
-	int64_t yoe = y - era * 400;
-	int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-	int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + doe - 719468;
-}
-
-static int month_days(int y, int m)
-{
-	static const int days[] = { 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
-	bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-
-	return m == 2 && leap ? 29 : days[m - 1];
-}
-
-int events_parse_time(const char *s, int64_t *out_us)
-{
-	int y, mo, d, h, mi, sec, oh = 0, om = 0, sign = 0;
-	int64_t frac_us = 0;
-	const char *p;
-
-	if (!s || strlen(s) < 20 || digits(s, 4, &y) || s[4] != '-' || digits(s + 5, 2, &mo) ||
-	    s[7] != '-' || digits(s + 8, 2, &d) || !strchr("Tt ", s[10]) || !s[10] ||
-	    digits(s + 11, 2, &h) || s[13] != ':' || digits(s + 14, 2, &mi) || s[16] != ':' ||
-	    digits(s + 17, 2, &sec))
-		return -EINVAL;
-	if (y < 1 || mo < 1 || mo > 12 || d < 1 || d > month_days(y, mo) || h > 23 || mi > 59 ||
-	    sec > 60)
-		return -EINVAL;
-	p = s + 19;
-	if (*p == '.') {
-		int n = 0;
-		for (p++; isdigit((unsigned char)*p); p++, n++)
-			if (n < 6)
-				frac_us = frac_us * 10 + (*p - '0');
-		if (n == 0)
-			return -EINVAL;
-		for (; n < 6; n++)
-			frac_us *= 10;
-	}
-	if (*p == 'Z' || *p == 'z') {
-		p++;
-	} else if (*p == '+' || *p == '-') {
-		sign = *p == '+' ? 1 : -1;
-		if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 ||
-		    om > 59)
-			return -EINVAL;
-		p += 6;
-	} else {
-		return -EINVAL;
-	}
-	if (*p)
-		return -EINVAL;
-	int64_t t = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec -
-		    sign * (oh * 3600 + om * 60);
-	*out_us = t * 1000000 + frac_us;
-	return 0;
-}
-
 /* --- the request --- */
 
 static void respond(struct evreq *r, int status, const char *body)
@@ -233,93 +142,6 @@ static void fail(struct events *ev, struct evreq *r)
 	ev->stats.failed++;
 	http_respond_error(r->req, 503, "unavailable", "the event was not recorded; send it again");
 	free(r);
-}
-
-static const char *str_field(const cJSON *o, const char *name)
-{
-	const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, name);
-
-	return cJSON_IsString(f) ? f->valuestring : NULL;
-}
-
-static bool printable(const char *s, size_t max)
-{
-	size_t n = 0;
-
-	for (; s[n]; n++)
-		if (n >= max || s[n] < 0x21 || s[n] > 0x7e)
-			return false;
-	return n > 0;
-}
-
-/* Fills r from the body, parsed strictly (common/json_strict.h: trailing bytes, a NUL or
- * control character in a string, a key twice, a non-integer sequence are refused). Returns NULL
- * or the message of a 400: a constant, or err (errlen bytes) when it names a byte or field. */
-static const char *parse(struct evreq *r, const char *body, size_t len, char *err, size_t errlen)
-{
-	char jerr[JSON_STRICT_ERR];
-	cJSON *j = json_strict_parse(body, len, jerr, sizeof(jerr));
-	const char *msg = NULL, *key, *pcid, *status, *when;
-	const cJSON *occ;
-	int64_t seq;
-	size_t i;
-
-	if (!j) {
-		snprintf(err, errlen, "the body is not a JSON object: %s", jerr);
-		return err;
-	}
-	if (!cJSON_IsObject(j)) {
-		msg = "the body is not a JSON object";
-		goto out;
-	}
-	key = str_field(j, "idempotency_key");
-	pcid = str_field(j, "call_id");
-	status = str_field(j, "status");
-	occ = cJSON_GetObjectItemCaseSensitive(j, "occurred_at");
-	if (!gate_pg_uuid_ok(key)) {
-		msg = "idempotency_key must be the call id (a uuid)";
-		goto out;
-	}
-	if (!pcid || !printable(pcid, EVENTS_PROVIDER_ID_MAX)) {
-		msg = "call_id must be 1 to 128 printable characters";
-		goto out;
-	}
-	if (!status || strlen(status) >= sizeof(r->status)) {
-		msg = "status is missing";
-		goto out;
-	}
-	if (json_strict_int(j, "sequence", 0, INT32_MAX, &seq, err, errlen)) {
-		msg = err;
-		goto out;
-	}
-	if (occ && !cJSON_IsNull(occ)) {
-		when = cJSON_IsString(occ) ? occ->valuestring : NULL;
-		if (!when || events_parse_time(when, &r->occ_us) || r->occ_us < 0) {
-			msg = "occurred_at must be an RFC 3339 date-time after 1970";
-			goto out;
-		}
-		r->has_time = true;
-	}
-	snprintf(r->status, sizeof(r->status), "%s", status);
-	if (strcmp(status, "ringing") != 0 && strcmp(status, "answered") != 0) {
-		for (i = 0; i < sizeof(terminal_statuses) / sizeof(terminal_statuses[0]); i++)
-			if (strcmp(status, terminal_statuses[i]) == 0)
-				break;
-		if (i == sizeof(terminal_statuses) / sizeof(terminal_statuses[0])) {
-			msg = "status must be ringing, answered, completed, failed, no-answer, "
-			      "busy "
-			      "or canceled";
-			goto out;
-		}
-		r->terminal = true;
-	}
-	for (i = 0; i < UUID_SZ; i++)
-		r->call[i] = (char)tolower((unsigned char)key[i]);
-	snprintf(r->pcid, sizeof(r->pcid), "%s", pcid);
-	r->seq = (int32_t)seq;
-out:
-	cJSON_Delete(j);
-	return msg;
 }
 
 static const char *signature_error(int rc)
@@ -378,12 +200,12 @@ static void early_release(struct events *ev, const struct evreq *r)
 {
 	struct gate_mode_state ms;
 
-	if (!ev->gate || !r->terminal || !r->org[0])
+	if (!ev->gate || !r->e.terminal || !r->org[0])
 		return;
 	gate_mode_get(ev->mode, &ms);
 	if (ms.mode != GATE_MODE_REDIS || !ms.usable || ms.switching)
 		return; /* as admit.c: nothing is decided in Redis while the fleet leaves it */
-	if (gate_release(ev->gate, r->org, r->call, early_released, ev) == 0) {
+	if (gate_release(ev->gate, r->org, r->e.call, early_released, ev) == 0) {
 		ev->inflight++;
 		ev->stats.early_sent++;
 	}
@@ -397,8 +219,7 @@ void events_handler(struct http_request *req, void *data)
 	const char *sig = http_request_header(req, "X-Signature");
 	int64_t now = ev->now_s ? ev->now_s() : (int64_t)time(NULL);
 	struct evreq *r;
-	const char *msg;
-	char err[JSON_STRICT_ERR + 32];
+	char err[EVENTS_BODY_ERR];
 	int rc;
 
 	ev->stats.received++;
@@ -422,10 +243,9 @@ void events_handler(struct http_request *req, void *data)
 		http_respond_error(req, 503, "unavailable", "out of memory; send it again");
 		return;
 	}
-	msg = parse(r, body, len, err, sizeof(err));
-	if (msg) {
+	if (events_parse_body(body, len, &r->e, err, sizeof(err))) {
 		ev->stats.bad++;
-		http_respond_error(req, 400, "bad_request", msg);
+		http_respond_error(req, 400, "bad_request", err);
 		free(r);
 		return;
 	}
@@ -457,13 +277,13 @@ static void ended_cb(struct call_end *ce, int status, const struct call_end_resu
 	(void)ce;
 	ev->inflight--;
 	if (status) {
-		LOG_AT(LOG_WARN, LOG_DIAL, (&(const struct log_ids){ .call = r->call }),
+		LOG_AT(LOG_WARN, LOG_DIAL, (&(const struct log_ids){ .call = r->e.call }),
 		       "the end of a call by its %s event failed (%s): the provider sends it again",
-		       r->status, dsp_strerror(status));
+		       r->e.status, dsp_strerror(status));
 		fail(ev, r);
 	} else {
-		LOG_AT(LOG_DEBUG, LOG_DIAL, (&(const struct log_ids){ .call = r->call }),
-		       "%s event: call %s", r->status, call_end_outcome_name(res->outcome));
+		LOG_AT(LOG_DEBUG, LOG_DIAL, (&(const struct log_ids){ .call = r->e.call }),
+		       "%s event: call %s", r->e.status, call_end_outcome_name(res->outcome));
 		ev->stats.recorded++;
 		respond(r, 200, "{\"recorded\":true}");
 	}
@@ -472,8 +292,8 @@ static void ended_cb(struct call_end *ce, int status, const struct call_end_resu
 
 static void end_call(struct events *ev, struct evreq *r)
 {
-	struct call_end_req q = { .call = r->call,
-				  .outcome = r->status,
+	struct call_end_req q = { .call = r->e.call,
+				  .outcome = r->e.status,
 				  .disposition = CALL_END_BY_POLICY };
 	int rc = call_end_submit(ev->ends, &q, ended_cb, r);
 
@@ -531,15 +351,15 @@ static void batch_cb(int status, const struct pg_results *res, void *data)
 		}
 		bool known = PQgetvalue(r, (int)i, 0)[0] == 't';
 		bool inserted = PQgetvalue(r, (int)i, 1)[0] == 't';
-		if ((e->terminal || !known) && !inserted)
+		if ((e->e.terminal || !known) && !inserted)
 			ev->stats.duplicates++;
 		if (!known) {
 			ev->stats.unknown_call++;
 			respond(e, 202, "{\"recorded\":true,\"call\":\"unknown\"}");
-		} else if (e->terminal && !ev->closing) {
+		} else if (e->e.terminal && !ev->closing) {
 			early_release(ev, e);
 			end_call(ev, e);
-		} else if (e->terminal) {
+		} else if (e->e.terminal) {
 			fail(ev, e);
 		} else {
 			ev->stats.recorded++;
@@ -563,11 +383,11 @@ static void send_batch(struct events *ev, struct batch *b)
 		pgarr_init(&arr[i]);
 	for (uint32_t i = 0; i < b->n; i++) {
 		struct evreq *r = b->r[i];
-		pgarr_text(&arr[0], r->call);
-		pgarr_int(&arr[1], r->seq, false);
-		pgarr_text(&arr[2], r->status);
-		pgarr_text(&arr[3], r->pcid);
-		pgarr_int(&arr[4], r->occ_us, !r->has_time);
+		pgarr_text(&arr[0], r->e.call);
+		pgarr_int(&arr[1], r->e.seq, false);
+		pgarr_text(&arr[2], r->e.status);
+		pgarr_text(&arr[3], r->e.pcid);
+		pgarr_int(&arr[4], r->e.occ_us, !r->e.has_time);
 	}
 	for (int i = 0; i < 5; i++)
 		ok = (v[i] = pgarr_end(&arr[i])) != NULL && ok;
@@ -594,7 +414,7 @@ static void send_batch(struct events *ev, struct batch *b)
 static bool in_batch(const struct batch *b, const struct evreq *r)
 {
 	for (uint32_t i = 0; i < b->n; i++)
-		if (b->r[i]->seq == r->seq && strcmp(b->r[i]->call, r->call) == 0)
+		if (b->r[i]->e.seq == r->e.seq && strcmp(b->r[i]->e.call, r->e.call) == 0)
 			return true;
 	return false;
 }

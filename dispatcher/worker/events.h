@@ -45,6 +45,7 @@
 #define DSP_WORKER_EVENTS_H
 
 #include "call_end.h"
+#include "events_body.h" /* the body's parse and checks, EVENTS_PROVIDER_ID_MAX */
 #include "gate.h"
 #include "gate_mode.h"
 #include "http_server.h"
@@ -54,11 +55,10 @@
 #include <stdint.h>
 #include <uv.h>
 
-#define EVENTS_PATH	       "/provider/events"
-#define EVENTS_BODY_MAX	       4096 /* bytes of one event's body (the route's max_body) */
-#define EVENTS_BATCH_MAX       256  /* events per statement */
-#define EVENTS_INFLIGHT_MAX    2    /* statements in flight at most (group commit) */
-#define EVENTS_PROVIDER_ID_MAX 128  /* bytes of the provider's call id */
+#define EVENTS_PATH	    "/provider/events"
+#define EVENTS_BODY_MAX	    4096 /* bytes of one event's body (the route's max_body) */
+#define EVENTS_BATCH_MAX    256	 /* events per statement */
+#define EVENTS_INFLIGHT_MAX 2	 /* statements in flight at most (group commit) */
 
 struct events;
 
@@ -107,10 +107,5 @@ struct http_route events_route(struct events *ev);
 void events_close(struct events *ev, void (*closed_cb)(void *data), void *data);
 
 void events_get_stats(const struct events *ev, struct events_stats *out);
-
-/* Parses an RFC 3339 date-time ("2024-05-01T12:00:00.123Z", "...+02:00") into microseconds
- * since the Unix epoch. Returns 0 or -EINVAL (malformed, out of range: year 1..9999, a day the
- * month does not have). */
-int events_parse_time(const char *s, int64_t *out_us);
 
 #endif

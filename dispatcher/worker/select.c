@@ -247,8 +247,11 @@ static void hand_back_list(struct select *s, struct claim_handback *h, uint32_t 
 }
 
 /* Hands back the org's free contacts claimed before cutoff (all free ones with cutoff
- * UINT64_MAX). */
-static void hand_back_org(struct sorg *o, uint64_t cutoff)
+ * UINT64_MAX) of campaign camp (NULL: any) and batch batch (NULL: any). revoke 1: the matching
+ * contacts an admission has in flight are marked, to go back if it is refused (stop / pause);
+ * revoke 2: only marked contacts go back. */
+static void hand_back_where(struct sorg *o, uint64_t cutoff, const char *camp, const char *batch,
+			    int revoke)
 {
 	struct claim_handback *h = NULL;
 	uint32_t n = 0, cap = 0;
@@ -256,12 +259,20 @@ static void hand_back_org(struct sorg *o, uint64_t cutoff)
 	for (uint32_t i = 0; i < o->cap_camps; i++) {
 		struct scamp *cp = o->camps[i];
 		struct list_node *p, *t;
-		if (!cp)
+		if (!cp || (camp && strcmp(cp->id, camp) != 0))
 			continue;
 		list_for_each_safe (p, t, &cp->contacts) {
 			struct scontact *c = list_entry(p, struct scontact, node);
-			if (c->reserved || c->claimed_ms > cutoff)
+			if (c->claimed_ms > cutoff || (batch && strcmp(c->batch, batch) != 0) ||
+			    (revoke == 2 && !c->revoked))
 				continue;
+			if (c->reserved) { /* in an admission in flight: back if refused */
+				if (revoke == 1) {
+					c->revoked = true;
+					o->revoked = true;
+				}
+				continue;
+			}
 			if (n == cap) {
 				cap = cap ? cap * 2 : 64;
 				struct claim_handback *g = realloc(h, cap * sizeof(*h));
@@ -280,6 +291,50 @@ static void hand_back_org(struct sorg *o, uint64_t cutoff)
 	free(h);
 }
 
+static void hand_back_org(struct sorg *o, uint64_t cutoff)
+{
+	hand_back_where(o, cutoff, NULL, NULL, 0);
+}
+
+/* After an admission's candidates were given back (admit.c): those marked by a stop or pause
+ * while it was in flight go back now. */
+void sel_hand_back_revoked(struct sorg *o)
+{
+	o->revoked = false;
+	hand_back_where(o, UINT64_MAX, NULL, NULL, 2);
+	for (uint32_t i = 0; i < o->cap_camps && !o->revoked; i++) {
+		struct scamp *cp = o->camps[i];
+		struct list_node *p;
+		if (!cp)
+			continue;
+		for (p = cp->contacts.next; p != &cp->contacts && !o->revoked; p = p->next)
+			o->revoked = list_entry(p, struct scontact, node)->revoked;
+	}
+}
+
+/* One contact whose call row was refused (admit.c: lease lost — its batch or campaign may have
+ * left 'active' since the claim): back now rather than at the lease's end. A lease really lost
+ * (swept, claimed again) no longer holds this token: the statement then changes nothing. */
+void sel_hand_back_one(struct select *s, int64_t id, int64_t token)
+{
+	struct claim_handback h = { .id = id, .lease_token = token };
+
+	hand_back_list(s, &h, 1);
+}
+
+/* The rechecks noted while the claim was in flight (select_dispatch_notify()). */
+static void recheck_org(struct sorg *o)
+{
+	if (o->recheck_all)
+		hand_back_org(o, UINT64_MAX);
+	else
+		for (uint32_t i = 0; i < o->n_recheck; i++)
+			hand_back_where(o, UINT64_MAX, o->recheck[i].camp,
+					o->recheck[i].batch[0] ? o->recheck[i].batch : NULL, 1);
+	o->n_recheck = 0;
+	o->recheck_all = false;
+}
+
 /* ---- claim ---- */
 
 static void take_cb(struct claim *cl, int status, const struct claim_contact *rows, uint32_t n,
@@ -296,6 +351,8 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 		for (uint32_t i = 0; i < o->n_asked; i++)
 			o->asked[i]->asked = false;
 		o->n_asked = 0;
+		o->n_recheck = 0;
+		o->recheck_all = false;
 		log_warn(LOG_GATE, "org %s: claim failed: %s", o->id, dsp_strerror(status));
 		sel_maybe_drained(s);
 		return;
@@ -321,6 +378,7 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 		c->token = rows[i].lease_token;
 		c->attempts = rows[i].attempts;
 		c->claimed_ms = now;
+		snprintf(c->batch, sizeof(c->batch), "%s", rows[i].batch ? rows[i].batch : "");
 		snprintf(c->phone, sizeof(c->phone), "%s", rows[i].phone);
 		list_add_tail(&cp->contacts, &c->node);
 		cp->n++;
@@ -330,6 +388,8 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 	if (nb)
 		hand_back_list(s, back, nb);
 	free(back);
+	if (o->n_recheck || o->recheck_all)
+		recheck_org(o);
 	/* In a large org, a campaign that gave nothing has none left to claim now: the next claims
 	 * go further along the ring until the next demand scan says otherwise. (A small org asks
 	 * all its campaigns in each statement; there a campaign is asked again at once, as a
@@ -577,6 +637,30 @@ void select_org_freed(struct select *s, const char *org)
 		admit_wake_org(o);
 		sel_pump(o);
 	}
+}
+
+int select_dispatch_notify(struct select *s, const char *payload)
+{
+	char org[SEL_ID], camp[SEL_ID], batch[SEL_ID] = "";
+	int n;
+
+	if (!payload || (n = sscanf(payload, "%64s %64s %64s", org, camp, batch)) < 2)
+		return -EINVAL;
+	struct sorg *o = org_get(s, org, false);
+	if (!o || s->draining || s->closing)
+		return 0; /* nothing claimed here; a drain hands everything back anyway */
+	s->st.notified++;
+	hand_back_where(o, UINT64_MAX, camp, n == 3 ? batch : NULL, 1);
+	if (o->claiming) {
+		if (o->n_recheck < SEL_RECHECK_MAX) {
+			snprintf(o->recheck[o->n_recheck].camp, SEL_ID, "%s", camp);
+			snprintf(o->recheck[o->n_recheck].batch, SEL_ID, "%s", n == 3 ? batch : "");
+			o->n_recheck++;
+		} else {
+			o->recheck_all = true;
+		}
+	}
+	return 0;
 }
 
 void sel_maybe_drained(struct select *s)

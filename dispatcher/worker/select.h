@@ -61,7 +61,8 @@ struct select_options {
 struct select_stats {
 	uint64_t claims;      /* claim statements completed */
 	uint64_t claimed;     /* contacts claimed */
-	uint64_t handed_back; /* contacts sent back (slot wait, drain) */
+	uint64_t handed_back; /* contacts sent back (slot wait, drain, stop / pause) */
+	uint64_t notified;    /* stop / pause notifications that named a known org */
 	uint64_t admissions;  /* admissions sent (either mode) */
 	uint64_t admitted;    /* calls admitted and written */
 	uint64_t refused;     /* admissions refused */
@@ -99,6 +100,17 @@ void select_mode_changed(struct select *s);
 
 /* Calls of org ended in postgres mode (GATE_PG_CHANNEL_FREE): its waiters try again. */
 void select_org_freed(struct select *s, const char *org);
+
+/* Batch stop / pause (issue 10 item 4, SPEC R6): a batch or a campaign left 'active'. Migration
+ * 0015 NOTIFYs SELECT_CHANNEL_DISPATCH at commit with payload "<org> <campaign>" (a campaign) or
+ * "<org> <campaign> <batch>" (a batch); the worker LISTENs on its pool. Its claimed contacts that
+ * no admission has in flight go back at once (the hand-back writes 'held' or 'cancelled' from
+ * the batch's and campaign's status); those of the claim in flight go back when it answers;
+ * those in an admission in flight are refused by the call-row write (lease lost) and handed back
+ * then (admit.c). A lost notification (connection down) leaves them to that refusal and to the
+ * slot wait. Returns 0, or -EINVAL for a payload that names nothing. */
+#define SELECT_CHANNEL_DISPATCH "dsp_dispatch"
+int select_dispatch_notify(struct select *s, const char *payload);
 
 /* Stops claiming and admitting, withdraws the waiters, hands every claimed contact back
  * (pending, nothing charged) once the admissions in flight are answered; cb (may be NULL) once

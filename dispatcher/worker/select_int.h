@@ -9,8 +9,9 @@
 
 /* How far along the DRR ring (from the campaign whose turn it is) an admission looks for
  * candidates and a claim for campaigns to claim for: four claim statements' worth. */
-#define SEL_WALK_MAX (4 * CLAIM_CAMPAIGNS_MAX)
-#define SEL_ID	     65
+#define SEL_WALK_MAX	(4 * CLAIM_CAMPAIGNS_MAX)
+#define SEL_ID		65
+#define SEL_RECHECK_MAX 8
 
 struct sorg;
 
@@ -19,9 +20,11 @@ struct scontact {
 	struct scamp *camp;
 	int64_t id, token;
 	int32_t attempts;
+	char batch[SEL_ID];
 	char phone[20];
 	uint64_t claimed_ms;
 	bool reserved; /* a candidate of an admission in flight */
+	bool revoked;  /* its batch or campaign stopped / paused meanwhile: back when unreserved */
 };
 
 /* A campaign with demand (or with claimed contacts still held), allocated while it is known. */
@@ -82,6 +85,14 @@ struct sorg {
 	struct list_node admits;
 	uint32_t n_admits;
 	bool claiming;
+	/* Stop / pause notifications that arrived while a claim was in flight: its rows may
+	 * predate them, so they are checked again when it answers (all: too many to keep). */
+	struct {
+		char camp[SEL_ID], batch[SEL_ID];
+	} recheck[SEL_RECHECK_MAX];
+	uint32_t n_recheck;
+	bool recheck_all;
+	bool revoked;	   /* some reserved contact is marked revoked */
 	uint64_t retry_at; /* no admission before (after an error) */
 };
 
@@ -105,6 +116,8 @@ void sel_release_contact(struct scontact *c, bool free_it);
 void sel_charge(struct sorg *o, const struct sadmit *a, uint32_t index);
 uint32_t sel_tokens(const struct sorg *o);
 void sel_maybe_drained(struct select *s);
+void sel_hand_back_one(struct select *s, int64_t id, int64_t token);
+void sel_hand_back_revoked(struct sorg *o);
 /* admit.c */
 void admit_launch(struct sadmit *a);
 void admit_free(struct sadmit *a, bool unwait);

@@ -232,6 +232,17 @@ static void on_free_notify(const char *channel, const char *payload, void *data)
 		direct_org_freed(w->direct, payload);
 }
 
+/* issue10-batchctl: a batch or campaign stopped or paused (migration 0015). */
+static void on_dispatch_notify(const char *channel, const char *payload, void *data)
+{
+	struct worker *w = data;
+
+	(void)channel;
+	if (w->sel && select_dispatch_notify(w->sel, payload))
+		log_warn(LOG_GATE, "%s: payload not understood: %.200s", SELECT_CHANNEL_DISPATCH,
+			 payload);
+}
+
 static void on_mode_change(struct gate_mode_ctl *c, const struct gate_mode_state *s, void *data)
 {
 	struct worker *w = data;
@@ -893,7 +904,9 @@ static int build_connections(struct worker *w)
 	    (rc = gate_new(w->conn, w->reg, NULL, &w->gate)) ||
 	    (rc = pg_pool_new(w->loop, &po, &w->pool)) ||
 	    (rc = gate_pg_new(w->pool, NULL, &w->gpg)) ||
-	    (rc = gate_pg_listen(w->pool, on_free_notify, on_mode_notify, w)))
+	    (rc = gate_pg_listen(w->pool, on_free_notify, on_mode_notify, w)) ||
+	    /* issue10-batchctl */
+	    (rc = pg_pool_listen(w->pool, SELECT_CHANNEL_DISPATCH, on_dispatch_notify, w)))
 		return rc;
 	return 0;
 }

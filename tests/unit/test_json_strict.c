@@ -65,6 +65,25 @@ static void nul_and_controls_in_strings(void **state)
 	cJSON_Delete(j);
 }
 
+/* Between tokens only space, tab, CR and LF (RFC 8259): cJSON alone skips every byte up to 32,
+ * and a NUL there once stopped the string scan, so a raw NUL in a later string was accepted and
+ * the string cut ("x\0y" read as "x"). Found by tests/fuzz/fuzz_json_strict. */
+static void controls_between_tokens(void **state)
+{
+	refused("{\0\"a\":\"x\0y\"}", 12, "a NUL inside a string at byte 8");
+	refused("{\"a\":\0\"x\"}", 10,
+		"invalid JSON at byte 5: a control character outside a string");
+	refused("[1\x01\0]", 5, "invalid JSON at byte 2: a control character outside a string");
+	refused("\0{}", 3, "invalid JSON at byte 0: a control character outside a string");
+	REFUSED("{\x1f\"a\":1}", "invalid JSON at byte 1: a control character outside a string");
+	/* After the value it is still "trailing bytes"; tab, CR and LF stay whitespace. */
+	refused("{\"a\":1}\x01", 8, "trailing bytes after the JSON value at byte 7");
+	const char ws[] = "\t\r\n{ \"a\" :\t[ 1 ,\r\n2 ] }\n";
+	cJSON *j = parse(ws, sizeof(ws) - 1);
+	assert_non_null(j);
+	cJSON_Delete(j);
+}
+
 static void duplicated_keys(void **state)
 {
 	REFUSED("{\"a\":1,\"a\":2}", "field a appears twice");
@@ -141,6 +160,7 @@ int main(void)
 		cmocka_unit_test(accepts_one_value_with_whitespace),
 		cmocka_unit_test(trailing_bytes),
 		cmocka_unit_test(nul_and_controls_in_strings),
+		cmocka_unit_test(controls_between_tokens),
 		cmocka_unit_test(duplicated_keys),
 		cmocka_unit_test(duplicated_keys_large_objects),
 		cmocka_unit_test(integers),

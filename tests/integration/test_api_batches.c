@@ -1,0 +1,478 @@
+/* Batches, read and control (issue 10 item 4; SPEC R6): GET /v2/batches, GET
+ * /v2/batches/{batch_id}, POST /v2/batches/{batch_id}/stop|pause|resume, against `dispatcher
+ * run` on a private PostgreSQL and Redis with the provider stub holding calls (hold mode).
+ * Batches and contacts are seeded in SQL.
+ *
+ *  - control_mid_run: o1 (2 lines) dials b1 (c1, 20 contacts) and b3 (c3, 200). With both lines
+ *    held and contacts of b1 claimed (waiting for a line), pause b1: its claimed contacts come
+ *    back (held) well before the slot wait (120 s here) or the lease (900 s) could bring them;
+ *    its pending ones are held; the counts add up. The held calls end: b1's in-flight calls
+ *    finish (done), two rounds of freed lines go to b3 only (observed through the stub). Stop
+ *    b3 mid-run: its claimed contacts come back cancelled at once, nothing is dialled after.
+ *    A fresh worker: resume b1, it is dialled again; stop it: every undialled contact
+ *    cancelled, nothing dialled after. Transitions: repeats are 200 (idempotent), pause /
+ *    resume of a stopped batch 409, everything on a completed batch (b4) 409. Another
+ *    organisation's batch is 404 on every route, both ways; 401 without a key.
+ *  - list_pages: o3's 205 batches (pairs created in the same microsecond) walked with limit 100
+ *    (the max: 100 + 100 + 5, newest first, each once, ties broken by id), 99 (below), 101
+ *    (above: 400), 0, non-numbers, unknown and repeated parameters, bad cursors (400);
+ *    campaign_id and status filters (completed is derived); another organisation's batches
+ *    are never listed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "api_test.h"
+#include "worker_proc.h"
+
+#define WAIT_MS 60000
+
+static struct embedded svc;
+static struct api_worker w1;
+static struct wproc_stub stub;
+static PGconn *db;
+static char k1[APIKEY_LEN + 1], k2[APIKEY_LEN + 1], k3[APIKEY_LEN + 1];
+
+static long long sql_int(const char *fmt, ...)
+{
+	char q[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(q, sizeof(q), fmt, ap);
+	va_end(ap);
+	return wproc_sql_int(db, q);
+}
+
+/* Waits until the query's value is v; returns the ms it took. */
+static long long wait_sql(long long v, const char *q)
+{
+	long long t0 = fixture_now_ms();
+
+	while (sql_int("%s", q) != v) {
+		if (fixture_now_ms() - t0 > WAIT_MS)
+			fail_msg("%s: %lld, waited for %lld", q, sql_int("%s", q), v);
+		fixture_sleep_ms(20);
+	}
+	return fixture_now_ms() - t0;
+}
+
+static void wait_placed(int n)
+{
+	long long t0 = fixture_now_ms();
+
+	while (wproc_stat(&stub, "calls_placed") < n) {
+		if (fixture_now_ms() - t0 > WAIT_MS) {
+			char *st = wproc_stub_http(&stub, "/stats", NULL), cmd[512];
+			PGresult *r =
+				api_sql(db, "SELECT string_agg(batch_id || ':' || state || '=' ||"
+					    " n, ' ') FROM (SELECT batch_id, state, count(*) n"
+					    " FROM contacts GROUP BY 1, 2) x");
+			print_message("contacts: %s\n", PQgetvalue(r, 0, 0));
+			PQclear(r);
+			snprintf(cmd, sizeof(cmd),
+				 "redis-cli -s %s HGETALL 'dsp:v1:{o:o1}:state' | paste -sd' '; "
+				 "redis-cli -s %s HGETALL 'dsp:v1:{o:o1}:bwait' | paste -sd' '",
+				 strstr(svc.redis_url, "unix://") + 7,
+				 strstr(svc.redis_url, "unix://") + 7);
+			if (system(cmd) != 0)
+				print_message("no redis-cli\n");
+			fail_msg("%d calls never placed: ended %lld, contacts claimed %lld, stub "
+				 "%.600s",
+				 n, sql_int("SELECT count(*) FROM calls WHERE state = 'ended'"),
+				 sql_int("SELECT count(*) FROM contacts WHERE state = 'claimed'"),
+				 st);
+		}
+		fixture_sleep_ms(20);
+	}
+}
+
+/* One request; *j gets the parsed body when j is not NULL. Returns the status. */
+static int call(const char *method, const char *path, const char *key, cJSON **j)
+{
+	struct raw_response r;
+	int st = api_request(w1.port, method, path, key, NULL, NULL, &r);
+
+	if (j)
+		*j = api_body(&r);
+	raw_response_free(&r);
+	return st;
+}
+
+static int ctl(const char *batch, const char *verb, const char *key, char *status_out)
+{
+	char path[128];
+	cJSON *j;
+
+	snprintf(path, sizeof(path), "/v2/batches/%s/%s", batch, verb);
+	int st = call("POST", path, key, &j);
+	if (status_out)
+		snprintf(status_out, 32, "%s",
+			 st == 200 ? api_str(j, "status") : api_str(j, "error"));
+	cJSON_Delete(j);
+	return st;
+}
+
+static long long calls_of(const char *batch)
+{
+	return sql_int("SELECT count(*) FROM calls l JOIN contacts c ON c.id = l.contact_id"
+		       " WHERE c.batch_id = '%s'",
+		       batch);
+}
+
+static long long in_state(const char *batch, const char *state)
+{
+	return sql_int("SELECT count(*) FROM contacts WHERE batch_id = '%s' AND state = '%s'",
+		       batch, state);
+}
+
+/* GET the batch: the progress counts add up to its contacts; returns the body. */
+static cJSON *get_batch(const char *batch, int contacts)
+{
+	char path[128];
+	cJSON *j;
+
+	snprintf(path, sizeof(path), "/v2/batches/%s", batch);
+	assert_int_equal(call("GET", path, k1, &j), 200);
+	assert_string_equal(api_str(j, "id"), batch);
+	static const char *const st[] = { "pending", "claimed", "dialing",   "live",
+					  "done",    "failed",	"cancelled", "held" };
+	double sum = 0;
+	for (int i = 0; i < 8; i++) {
+		char p[64];
+		snprintf(p, sizeof(p), "progress.%s", st[i]);
+		sum += api_num(j, p);
+	}
+	assert_int_equal((int)sum, contacts);
+	assert_int_equal((int)api_num(j, "progress.total"), contacts);
+	assert_int_equal((int)api_num(j, "progress.in_flight"),
+			 (int)(api_num(j, "progress.claimed") + api_num(j, "progress.dialing") +
+			       api_num(j, "progress.live")));
+	return j;
+}
+
+/* Ends every held call of o1 at the stub and waits for the freed lines' next n calls. */
+static void next_round(int n)
+{
+	int placed = (int)wproc_stat(&stub, "calls_placed");
+
+	free(wproc_stub_http(&stub, "/control/end", "{\"org_id\":\"o1\"}"));
+	wait_placed(placed + n);
+}
+
+static void control_mid_run(void **state)
+{
+	(void)state;
+	cJSON *j;
+	char st[32];
+
+	/* Both lines busy, b1 contacts claimed and waiting. */
+	wait_placed(2);
+	wait_sql(1, "SELECT (count(*) > 0)::int FROM contacts WHERE batch_id = 'b1'"
+		    " AND state = 'claimed'");
+	long long b1_calls = calls_of("b1");
+
+	/* Pause: claimed contacts back (held) at once, pending held. */
+	assert_int_equal(ctl("b1", "pause", k1, st), 200);
+	assert_string_equal(st, "paused");
+	long long ms = wait_sql(0, "SELECT count(*) FROM contacts WHERE batch_id = 'b1'"
+				   " AND state IN ('claimed', 'pending')");
+	print_message("pause: b1's claimed contacts handed back in %lld ms\n", ms);
+	assert_true(ms < 10000); /* the slot wait is 120 s, the lease 900 s */
+	b1_calls = calls_of("b1");
+	assert_int_equal(in_state("b1", "held") + in_state("b1", "dialing") +
+				 in_state("b1", "live") + in_state("b1", "done"),
+			 20);
+	j = get_batch("b1", 20);
+	assert_string_equal(api_str(j, "status"), "paused");
+	assert_int_equal((int)api_num(j, "progress.held"), (int)in_state("b1", "held"));
+	cJSON_Delete(j);
+
+	/* The calls in flight finish; the freed lines go to b3 only, round after round. */
+	long long inflight = in_state("b1", "dialing") + in_state("b1", "live");
+	long long done0 = in_state("b1", "done");
+	next_round(2);
+	next_round(2);
+	wait_sql(done0 + inflight, "SELECT count(*) FROM contacts WHERE batch_id = 'b1'"
+				   " AND state = 'done'");
+	assert_int_equal(calls_of("b1"), b1_calls);
+	assert_int_equal(in_state("b1", "claimed"), 0);
+	j = get_batch("b1", 20);
+	assert_int_equal((int)api_num(j, "calls.completed"), (int)in_state("b1", "done"));
+	assert_int_equal((int)api_num(j, "calls.placed"), (int)b1_calls);
+	cJSON_Delete(j);
+
+	/* Stop b3 mid-run: its claimed contacts come back cancelled at once, its undialled ones
+	 * are cancelled, its calls in flight finish, nothing more is dialled. */
+	wait_sql(1, "SELECT (count(*) > 0)::int FROM contacts WHERE batch_id = 'b3'"
+		    " AND state = 'claimed'");
+	assert_int_equal(ctl("b3", "stop", k1, st), 200);
+	assert_string_equal(st, "stopped");
+	ms = wait_sql(0, "SELECT count(*) FROM contacts WHERE batch_id = 'b3'"
+			 " AND state IN ('claimed', 'pending', 'held')");
+	print_message("stop: b3's claimed contacts handed back in %lld ms\n", ms);
+	assert_true(ms < 10000);
+	long long b3_calls = calls_of("b3"), placed = (long long)wproc_stat(&stub, "calls_placed");
+	free(wproc_stub_http(&stub, "/control/end", "{\"org_id\":\"o1\"}"));
+	wait_sql(0, "SELECT count(*) FROM calls WHERE state <> 'ended'");
+	fixture_sleep_ms(1500); /* quiet: three demand scans with both lines free */
+	assert_int_equal(calls_of("b3"), b3_calls);
+	assert_int_equal(calls_of("b1"), b1_calls);
+	assert_int_equal((long long)wproc_stat(&stub, "calls_placed"), placed);
+	j = get_batch("b3", 200);
+	assert_string_equal(api_str(j, "status"), "stopped");
+	assert_int_equal((int)api_num(j, "progress.done"), (int)b3_calls);
+	assert_int_equal((int)api_num(j, "progress.cancelled"), 200 - (int)b3_calls);
+	cJSON_Delete(j);
+
+	/* A fresh worker (the first one's waiters wait under c3: a campaign active again waits
+	 * for them to give up, the slot wait — worker README). Pause again: nothing changes
+	 * (200); resume: b1 is dialled again. */
+	api_worker_stop(&w1);
+	api_worker_start(&w1, "w2");
+	assert_int_equal(ctl("b1", "pause", k1, st), 200);
+	assert_string_equal(st, "paused");
+	assert_int_equal(ctl("b1", "resume", k1, st), 200);
+	assert_string_equal(st, "active");
+	assert_int_equal(in_state("b1", "held"), 0);
+	long long t0 = fixture_now_ms();
+	while (calls_of("b1") == b1_calls) {
+		assert_true(fixture_now_ms() - t0 < WAIT_MS);
+		fixture_sleep_ms(20);
+	}
+	assert_int_equal(ctl("b1", "resume", k1, st), 200); /* already active */
+	assert_string_equal(st, "active");
+
+	/* Stop b1: every undialled contact cancelled, its calls finish, nothing dialled after. */
+	wait_sql(1, "SELECT (count(*) > 0)::int FROM contacts WHERE batch_id = 'b1'"
+		    " AND state = 'claimed'");
+	assert_int_equal(ctl("b1", "stop", k1, st), 200);
+	assert_string_equal(st, "stopped");
+	ms = wait_sql(0, "SELECT count(*) FROM contacts WHERE batch_id = 'b1'"
+			 " AND state IN ('claimed', 'pending', 'held')");
+	print_message("stop: b1's claimed contacts handed back in %lld ms\n", ms);
+	b1_calls = calls_of("b1");
+	placed = (long long)wproc_stat(&stub, "calls_placed");
+	free(wproc_stub_http(&stub, "/control/end", "{\"org_id\":\"o1\"}"));
+	wait_sql(0, "SELECT count(*) FROM calls WHERE state <> 'ended'");
+	fixture_sleep_ms(1500);
+	assert_int_equal(calls_of("b1"), b1_calls);
+	assert_int_equal((long long)wproc_stat(&stub, "calls_placed"), placed);
+	j = get_batch("b1", 20);
+	assert_string_equal(api_str(j, "status"), "stopped");
+	assert_true(api_num(j, "progress.cancelled") >= 1);
+	assert_int_equal((int)api_num(j, "progress.cancelled") + (int)api_num(j, "progress.done"),
+			 20);
+	assert_int_equal((int)api_num(j, "progress.done"), (int)b1_calls);
+	cJSON_Delete(j);
+
+	/* Transitions. */
+	assert_int_equal(ctl("b1", "stop", k1, st), 200); /* stop is final; again: no change */
+	assert_string_equal(st, "stopped");
+	assert_int_equal(ctl("b1", "pause", k1, st), 409);
+	assert_string_equal(st, "conflict");
+	assert_int_equal(ctl("b1", "resume", k1, st), 409);
+	j = get_batch("b4", 3);
+	assert_string_equal(api_str(j, "status"), "completed");
+	cJSON_Delete(j);
+	assert_int_equal(ctl("b4", "pause", k1, st), 409);
+	assert_int_equal(ctl("b4", "resume", k1, st), 409);
+	assert_int_equal(ctl("b4", "stop", k1, st), 409);
+	struct raw_response r;
+	assert_int_equal(api_request(w1.port, "POST", "/v2/batches/b4/pause", k1, NULL, NULL, &r),
+			 409);
+	assert_non_null(strstr(r.body, "b4 is completed"));
+	raw_response_free(&r);
+
+	/* Another organisation's batch: 404 on every route, both ways; ids that cannot exist. */
+	const char *verbs[] = { "stop", "pause", "resume" };
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(ctl("b3", verbs[i], k2, st), 404);
+		assert_string_equal(st, "not_found");
+		assert_int_equal(ctl("b2", verbs[i], k1, NULL), 404);
+		assert_int_equal(ctl("nope", verbs[i], k1, NULL), 404);
+		assert_int_equal(ctl("b%2a", verbs[i], k1, NULL), 404);
+	}
+	assert_int_equal(call("GET", "/v2/batches/b3", k2, NULL), 404);
+	assert_int_equal(call("GET", "/v2/batches/b2", k1, NULL), 404);
+	assert_int_equal(call("GET", "/v2/batches/b2", k2, NULL), 200);
+	assert_int_equal(call("GET", "/v2/batches/b%2a", k1, NULL), 404);
+	assert_int_equal(ctl("b2", "stop", k2, st), 200); /* o2's own: fine */
+	assert_int_equal((int)sql_int("SELECT count(*) FROM batches WHERE id = 'b1'"
+				      " AND status = 'stopped'"),
+			 1); /* o2's key changed nothing of o1's */
+	/* Unauthenticated: 401 before anything. */
+	assert_int_equal(call("GET", "/v2/batches/b1", NULL, NULL), 401);
+	assert_int_equal(ctl("b1", "pause", NULL, NULL), 401);
+}
+
+/* The ids of one page, appended to seen (ids[]); returns the next cursor (static) or NULL. */
+static const char *page(const char *query, int expect, char ids[][16], int *n_ids)
+{
+	static char next[160];
+	char path[256];
+	cJSON *j;
+
+	snprintf(path, sizeof(path), "/v2/batches%s", query);
+	assert_int_equal(call("GET", path, k3, &j), 200);
+	const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "data"), *it;
+	assert_int_equal(cJSON_GetArraySize(d), expect);
+	cJSON_ArrayForEach(it, d)
+	{
+		snprintf(ids[(*n_ids)++], 16, "%s", api_str(it, "id"));
+	}
+	const cJSON *more = cJSON_GetObjectItemCaseSensitive(j, "has_more");
+	const cJSON *cur = cJSON_GetObjectItemCaseSensitive(j, "next_cursor");
+	const char *ret = NULL;
+	if (cJSON_IsTrue(more)) {
+		assert_true(cJSON_IsString(cur));
+		snprintf(next, sizeof(next), "%s", cur->valuestring);
+		ret = next;
+	} else {
+		assert_true(cJSON_IsFalse(more) && cJSON_IsNull(cur));
+	}
+	cJSON_Delete(j);
+	return ret;
+}
+
+static void list_pages(void **state)
+{
+	(void)state;
+	static char ids[400][16];
+	int n = 0;
+	char q[256];
+
+	/* At the max: 100 + 100 + 5, newest first, every batch once. */
+	const char *cur = page("?limit=100", 100, ids, &n);
+	snprintf(q, sizeof(q), "?limit=100&cursor=%s", cur);
+	cur = page(q, 100, ids, &n);
+	snprintf(q, sizeof(q), "?cursor=%s&limit=100", cur);
+	assert_null(page(q, 5, ids, &n));
+	assert_int_equal(n, 205);
+	for (int i = 0; i < 205; i++) { /* l205 is the newest; l204 ties with it, id breaks it */
+		char want[16];
+		snprintf(want, sizeof(want), "l%03d", 205 - i);
+		assert_string_equal(ids[i], want);
+	}
+	/* Below the max, and the default (50). */
+	n = 0;
+	cur = page("?limit=99", 99, ids, &n);
+	snprintf(q, sizeof(q), "?limit=99&cursor=%s", cur);
+	page(q, 99, ids, &n);
+	assert_string_equal(ids[99], "l106");
+	n = 0;
+	page("", 50, ids, &n);
+	page("?limit=1", 1, ids, &n);
+	/* Filters: campaign, status (completed derived: active without an undialled contact). */
+	n = 0;
+	page("?campaign_id=c6&limit=100", 41, ids, &n);
+	n = 0;
+	page("?status=paused&limit=100", 20, ids, &n);
+	n = 0;
+	page("?status=active", 0, ids, &n);
+	n = 0;
+	page("?status=completed&campaign_id=c6&limit=100", 21, ids, &n);
+	n = 0;
+	page("?campaign_id=c1", 0, ids, &n); /* another organisation's campaign: nothing */
+	/* Bad queries: 400 naming the parameter. */
+	static const struct {
+		const char *q, *word;
+	} bad[] = {
+		{ "?limit=101", "limit" },	 { "?limit=0", "limit" },
+		{ "?limit=-1", "limit" },	 { "?limit=1x", "limit" },
+		{ "?limit=", "limit" },		 { "?limit=1000000000000", "limit" },
+		{ "?limit=5&limit=5", "twice" }, { "?page=2", "page" },
+		{ "?status=running", "status" }, { "?campaign_id=c%201", "campaign_id" },
+		{ "?cursor=abc", "cursor" },	 { "?cursor=123.", "cursor" },
+		{ "?cursor=.l001", "cursor" },	 { "?cursor=12x.l001", "cursor" },
+		{ "?cursor=1.l%2a", "cursor" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct raw_response r;
+		char path[128];
+		snprintf(path, sizeof(path), "/v2/batches%s", bad[i].q);
+		int st = api_request(w1.port, "GET", path, k3, NULL, NULL, &r);
+		if (st != 400 || !strstr(r.body, bad[i].word))
+			fail_msg("%s: %d %s", bad[i].q, st, r.body);
+		assert_non_null(strstr(r.body, "invalid_parameter"));
+		raw_response_free(&r);
+	}
+	/* o1 sees its own three, never o3's. */
+	cJSON *j;
+	assert_int_equal(call("GET", "/v2/batches?limit=100", k1, &j), 200);
+	assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "data")), 3);
+	cJSON_Delete(j);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	fixture_start(&svc, true, true, false, true);
+	db = fixture_pg(&svc);
+	api_make_org(db, "o1", 2, "c1", "c3", NULL);
+	api_make_org(db, "o2", 1, "c2", NULL);
+	api_make_org(db, "o3", 1, "c5", "c6", NULL);
+	api_make_key(db, "o1", "k1", k1, NULL);
+	api_make_key(db, "o2", "k2", k2, NULL);
+	api_make_key(db, "o3", "k3", k3, NULL);
+	PQclear(api_sql(db, "INSERT INTO batches (id, org_id, campaign_id, status) VALUES"
+			    " ('b1', 'o1', 'c1', 'active'), ('b3', 'o1', 'c3', 'active'),"
+			    " ('b4', 'o1', 'c1', 'active'), ('b2', 'o2', 'c2', 'paused')"));
+	PQclear(api_sql(db, "INSERT INTO contacts (org_id, campaign_id, batch_id, phone, state)"
+			    " SELECT o, c, b, '+1415555' || lpad(i::text, 4, '0'), s::contact_state"
+			    " FROM (VALUES ('o1', 'c1', 'b1', 20, 'pending'),"
+			    " ('o1', 'c3', 'b3', 200, 'pending'), ('o1', 'c1', 'b4', 3, 'done'),"
+			    " ('o2', 'c2', 'b2', 3, 'held')) v(o, c, b, n, s),"
+			    " generate_series(1, v.n) i"));
+	/* o3: 205 batches without contacts, created in pairs (equal created_at); every tenth
+	 * paused, every fifth on c6. */
+	PQclear(api_sql(db, "INSERT INTO batches (id, org_id, campaign_id, status, created_at)"
+			    " SELECT 'l' || lpad(i::text, 3, '0'), 'o3',"
+			    " CASE WHEN i %% 5 = 0 THEN 'c6' ELSE 'c5' END,"
+			    " CASE WHEN i %% 10 = 0 THEN 'paused' ELSE 'active' END::batch_status,"
+			    " '2024-01-01 00:00:00.000001+00'::timestamptz + (i / 2) * interval"
+			    " '1 second' FROM generate_series(1, 205) i"));
+
+	struct stub_config sc;
+	char env[64];
+	stub_config_defaults(&sc);
+	sc.hold = true;
+	sc.secret = "secret"; /* api_worker_start's PROVIDER_WEBHOOK_SECRET */
+	for (int i = 0; i < STUB_OUTCOMES; i++)
+		sc.weights[i] = i == STUB_COMPLETED ? 100 : 0;
+	wproc_stub_start(&stub, &sc);
+	snprintf(env, sizeof(env), "http://127.0.0.1:%d", stub.port);
+	setenv("PROVIDER_URL", env, 1);
+	setenv("BATCH_DISPATCH_SLOT_WAIT_SECONDS", "120", 1); /* never what brings them back */
+	setenv("DISPATCHER_LEASE_SECONDS", "900", 1);
+	api_worker_start(&w1, "w1");
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	if (getenv("TEST_KEEP_LOG") && w1.log[0]) { /* debugging: the worker's log */
+		char cmd[256];
+		snprintf(cmd, sizeof(cmd), "cp %s %s", w1.log, getenv("TEST_KEEP_LOG"));
+		if (system(cmd) != 0)
+			print_message("could not keep the log\n");
+	}
+	api_worker_kill(&w1);
+	wproc_stub_stop(&stub);
+	PQfinish(db);
+	embedded_stop(&svc);
+	return 0;
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(control_mid_run),
+		cmocka_unit_test(list_pages),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
