@@ -109,13 +109,14 @@ static void parts_any_split(void **state)
 	(void)state;
 	/* Two parts; the file's content holds near-boundaries ("\r\n--", "\r\n--bn", "\r\r\n--b"),
 	 * the preamble and epilogue are dropped, padding after a boundary is allowed. */
-	check_all_ways("bnd",
-		       "preamble\r\n--bnd\r\nContent-Disposition: form-data; name=\"campaign_id\"\r\n"
-		       "\r\ncmp-a\r\n--bnd  \r\nContent-Disposition: form-data; name=\"file\"; "
-		       "filename=\"C:\\\\x\\\\a.csv\"\r\nContent-Type: text/csv\r\n\r\nphone\r\n--"
-		       "\r\n--bn\r\r\n--b+1\r\n\r\n--bnd--\r\nepilogue\r\n--bnd\r\n",
-		       "campaign_id|-|=cmp-a;file|a.csv|text/csv=phone\r\n--\r\n--bn\r\r\n--b+1"
-		       "\r\n;");
+	check_all_ways(
+		"bnd",
+		"preamble\r\n--bnd\r\nContent-Disposition: form-data; name=\"campaign_id\"\r\n"
+		"\r\ncmp-a\r\n--bnd  \r\nContent-Disposition: form-data; name=\"file\"; "
+		"filename=\"C:\\\\x\\\\a.csv\"\r\nContent-Type: text/csv\r\n\r\nphone\r\n--"
+		"\r\n--bn\r\r\n--b+1\r\n\r\n--bnd--\r\nepilogue\r\n--bnd\r\n",
+		"campaign_id|-|=cmp-a;file|a.csv|text/csv=phone\r\n--\r\n--bn\r\r\n--b+1"
+		"\r\n;");
 	/* The body starting with the boundary; an empty part. */
 	check_all_ways("x'()+_,-./:=?y",
 		       "--x'()+_,-./:=?y\r\ncontent-disposition: form-data; name=e\r\n\r\n"
@@ -128,15 +129,15 @@ static void malformed(void **state)
 	struct multipart m;
 	struct seen s;
 	const char *bad[] = {
-		"--b\r\nContent-Disposition: form-data; name=f\r\n\r\ndata",	      /* no end */
-		"no boundary at all",						      /* none */
-		"--b\r\nContent-Type: text/csv\r\n\r\nx\r\n--b--",		      /* no CD */
-		"--b\r\nContent-Disposition: attachment; name=f\r\n\r\nx\r\n--b--",    /* not form */
-		"--b\r\nContent-Disposition: form-data\r\n\r\nx\r\n--b--",	      /* no name */
+		"--b\r\nContent-Disposition: form-data; name=f\r\n\r\ndata",	    /* no end */
+		"no boundary at all",						    /* none */
+		"--b\r\nContent-Type: text/csv\r\n\r\nx\r\n--b--",		    /* no CD */
+		"--b\r\nContent-Disposition: attachment; name=f\r\n\r\nx\r\n--b--", /* not form */
+		"--b\r\nContent-Disposition: form-data\r\n\r\nx\r\n--b--",	    /* no name */
 		"--b\r\nContent-Disposition: form-data; name=f\r\n folded\r\n\r\nx\r\n--b--",
-		"--bX\r\n",							      /* junk */
-		"--b-x",							      /* one dash */
-		"--b\rx",							      /* CR alone */
+		"--bX\r\n", /* junk */
+		"--b-x",    /* one dash */
+		"--b\rx",   /* CR alone */
 	};
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -178,8 +179,8 @@ static void params(void **state)
 				    sizeof(out)));
 	assert_string_equal(out, "xyz");
 	assert_false(multipart_param("text/csv", "charset", out, sizeof(out)));
-	assert_false(multipart_param("form-data; filename*=UTF-8''a.csv", "filename", out,
-				     sizeof(out)));
+	assert_false(
+		multipart_param("form-data; filename*=UTF-8''a.csv", "filename", out, sizeof(out)));
 	multipart_media_type("  Text/CSV ; charset=utf-8", mt, sizeof(mt));
 	assert_string_equal(mt, "text/csv");
 	multipart_media_type(NULL, mt, sizeof(mt));
