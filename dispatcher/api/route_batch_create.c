@@ -842,7 +842,8 @@ static void on_body(struct http_request *req, const char *buf, size_t len, int s
 	u->busy++;
 	if (status < 0) { /* the server has finished the request: no answer from us */
 		u->stopped = true;
-		call_drop(u->c);
+		if (u->c)
+			call_drop(u->c);
 		u->c = NULL;
 		if (u->imp && !u->finished)
 			batch_import_abort(u->imp, upload_closed, u);
