@@ -170,8 +170,8 @@ static void upload_drains_isolated(void **state)
 		assert_int_equal(api_request(w1.port, "GET", path, key_a, NULL, NULL, &r), 200);
 		j = api_body(&r);
 		raw_response_free(&r);
-		long long ended = (long long)(api_num(j, "progress.done") +
-					      api_num(j, "progress.failed"));
+		long long ended =
+			(long long)(api_num(j, "progress.done") + api_num(j, "progress.failed"));
 		assert_int_equal(api_num(j, "progress.total"), ROWS);
 		assert_true(ended >= last);
 		if (ended != last && ended / 10000 != last / 10000)
