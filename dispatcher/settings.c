@@ -111,7 +111,8 @@ const struct config_setting settings_table[] = {
 	/* --- operator listener (issue 10 items 7-8) --- */
 	{ "DISPATCHER_OPERATOR_LISTEN", CONFIG_STRING, 0, 0, "127.0.0.1:9464", NULL, NULL, false,
 	  OFF(operator_listen),
-	  "Address of the operator listener (GET /metrics, /healthz), as DISPATCHER_LISTEN, or "
+	  "Address of the operator listener (GET /metrics, /healthz, /status: the status page), as "
+	  "DISPATCHER_LISTEN, or "
 	  "off. "
 	  "Keep it on loopback or set DISPATCHER_ADMIN_TOKEN; a port already taken (a second "
 	  "worker "

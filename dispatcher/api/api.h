@@ -29,7 +29,50 @@ struct pg_pool;
 struct gate;
 struct redis_conn;
 struct redis_scripts;
-struct api_dialer;
+
+/* ---- POST /v2/calls's dialer (issue 10 item 5, SPEC C10) ----
+ * The worker's direct dial (dispatcher/worker/direct.h), seen through a table of functions so
+ * the API never links the worker: worker.c fills one over direct_dial_submit() /
+ * direct_dial_cancel(). Strings in a request are copied by submit; the result and every pointer
+ * in it are borrowed for the callback only. */
+struct api_dial_req {
+	const char *org;	 /* the key's organisation */
+	const char *agent;	 /* the body's agent_id (^[A-Za-z0-9_-]{1,64}$) */
+	const char *to_number;	 /* E.164, canonical */
+	const char *from_number; /* E.164, canonical; NULL: the agent's from_number */
+};
+
+enum api_dial_outcome {
+	API_DIAL_PLACED = 0,  /* 201: the call row is written, the dialer has the call */
+	API_DIAL_BUSY,	      /* 429: no line within the wait */
+	API_DIAL_NOT_FOUND,   /* 404: no such agent in the organisation */
+	API_DIAL_UNAVAILABLE, /* 503: the gate decided nothing, the worker drains, PostgreSQL */
+};
+
+struct api_dial_result {
+	enum api_dial_outcome outcome;
+	const char *call;	/* PLACED: the call id (uuid) */
+	const char *state;	/* PLACED: its state ("dialing") */
+	const char *from;	/* PLACED: the caller id used, NULL for none */
+	const char *busy_body;	/* BUSY: the exact 429 body of C10 (direct_busy_body()) */
+	unsigned retry_after_s; /* BUSY: the Retry-After (5) */
+	const char *message;	/* NOT_FOUND, UNAVAILABLE: why, in words; may be NULL */
+	uint64_t waited_ms;	/* submit -> answer */
+};
+
+typedef void (*api_dial_cb)(const struct api_dial_result *r, void *data);
+
+struct api_dialer {
+	void *ctx; /* passed to submit */
+	/* Submits one dial. Returns 0 and sets *handle (for cancel, valid until cb is called or
+	 * cancel returns): cb is then called exactly once, from the loop, never from within
+	 * submit, unless cancel is called first. Returns -EINVAL (a malformed field), -ESHUTDOWN
+	 * (draining or closing) or another negative errno: cb is never called. */
+	int (*submit)(void *ctx, const struct api_dial_req *req, api_dial_cb cb, void *data,
+		      void **handle);
+	/* Withdraws a dial not answered yet: cb is never called after it returns. */
+	void (*cancel)(void *handle);
+};
 
 struct api_options {
 	uv_loop_t *loop;

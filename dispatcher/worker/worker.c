@@ -25,6 +25,7 @@
 #include "select.h"
 #include "sweep.h"
 #include "wmetrics.h"
+#include "wstatus.h" /* issue10-status */
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -68,10 +69,11 @@ struct worker {
 	struct events *ev;     /* POST /provider/events */
 	struct sweep *sweep;   /* lease sweeper, maximum-duration sweep, retention */
 	struct http_server *http;
-	struct api *api;      /* the /v2 and /api routes; NULL in role worker */
-	uv_timer_t end_timer; /* closes call_end once the turn's requests are flushed */
-	unsigned parts;	      /* events / sweep closes not answered yet */
-	bool final;	      /* close_all() ran: close call_end once parts is 0 */
+	struct api *api;	      /* the /v2 and /api routes; NULL in role worker */
+	struct api_dialer api_dialer; /* issue10-calls: POST /v2/calls -> direct (below) */
+	uv_timer_t end_timer;	      /* closes call_end once the turn's requests are flushed */
+	unsigned parts;		      /* events / sweep closes not answered yet */
+	bool final;		      /* close_all() ran: close call_end once parts is 0 */
 	uv_signal_t sigterm, sigint;
 	uv_timer_t drain_timer;
 	bool draining, started;
@@ -92,7 +94,8 @@ struct worker {
 	struct operator* op;	  /* DISPATCHER_OPERATOR_LISTEN; NULL: off or not bound */
 	char op_host[256];
 	int op_port;
-	/* --- end operator listener --- */
+	struct wstatus *status; /* issue10-status: GET /status, /status.json and their samples */
+				/* --- end operator listener --- */
 };
 
 /* ---- events forwarded to the gate mode controller and the hand-off ---- */
@@ -522,6 +525,8 @@ static size_t operator_routes(struct worker *w, struct http_route *r, size_t max
 	const struct http_route routes[] = {
 		{ "GET", "/metrics", 0, wmetrics_handler, w->metrics, false },
 		{ "GET", "/healthz", 0, healthz, w, false },
+		{ "GET", "/status", 0, wstatus_page, w->status, false },      /* issue10-status */
+		{ "GET", "/status.json", 0, wstatus_json, w->status, false }, /* issue10-status */
 	};
 	size_t n = sizeof(routes) / sizeof(routes[0]);
 
@@ -566,6 +571,7 @@ static void operator_start(struct worker *w)
 	}
 	log_info(LOG_MAIN, "operator listener on %s:%d%s", w->op_host, operator_port(w->op),
 		 w->o.admin_token && w->o.admin_token[0] ? " (admin token required)" : "");
+	wstatus_start(w->status); /* issue10-status: the chart's samples, only with a listener */
 }
 
 static int parse_operator_listen(struct worker *w)
@@ -762,6 +768,7 @@ static void close_all(struct worker *w)
 	if (w->op) /* --- operator listener (issue 10) --- */
 		operator_close(w->op, NULL, NULL);
 	w->op = NULL;
+	wstatus_stop(w->status); /* issue10-status: the sampler's timer */
 	if (w->started) {
 		uv_close((uv_handle_t *)&w->sigterm, closed_noop);
 		uv_close((uv_handle_t *)&w->sigint, closed_noop);
@@ -1034,6 +1041,72 @@ static int build_jobs(struct worker *w)
 	return select_new(&so, &w->sel);
 }
 
+/* --- issue10-calls: POST /v2/calls's dialer (api.h struct api_dialer) over direct.h --- */
+struct api_dial {
+	struct direct_dial *dd;
+	api_dial_cb cb;
+	void *data;
+};
+
+static void api_dial_done(struct direct *d, const struct direct_dial_result *r, void *data)
+{
+	static const enum api_dial_outcome map[] = { [DIRECT_PLACED] = API_DIAL_PLACED,
+						     [DIRECT_BUSY] = API_DIAL_BUSY,
+						     [DIRECT_NOT_FOUND] = API_DIAL_NOT_FOUND,
+						     [DIRECT_UNAVAILABLE] = API_DIAL_UNAVAILABLE };
+	struct api_dial *x = data;
+	char body[DIRECT_BUSY_BODY_MAX];
+	struct api_dial_result ar = { .outcome = (unsigned)r->outcome < 4 ? map[r->outcome]
+									  : API_DIAL_UNAVAILABLE,
+				      .call = r->call,
+				      .state = r->state,
+				      .from = r->from,
+				      .retry_after_s = DIRECT_RETRY_AFTER_S,
+				      .message = r->message,
+				      .waited_ms = r->waited_ms };
+
+	(void)d;
+	if (r->outcome == DIRECT_BUSY &&
+	    direct_busy_body(r->running, r->limit, body, sizeof(body)) >= 0)
+		ar.busy_body = body;
+	x->cb(&ar, x->data);
+	free(x);
+}
+
+static int api_dial_submit(void *ctx, const struct api_dial_req *req, api_dial_cb cb, void *data,
+			   void **handle)
+{
+	struct worker *w = ctx;
+	struct direct_dial_req dr = { .org = req->org,
+				      .agent = req->agent,
+				      .to_number = req->to_number,
+				      .from_number = req->from_number };
+	struct api_dial *x;
+	int rc;
+
+	if (!w->direct || w->draining)
+		return -ESHUTDOWN;
+	if (!(x = calloc(1, sizeof(*x))))
+		return -ENOMEM;
+	x->cb = cb;
+	x->data = data;
+	if ((rc = direct_dial_submit(w->direct, &dr, api_dial_done, x, &x->dd))) {
+		free(x);
+		return rc;
+	}
+	*handle = x;
+	return 0;
+}
+
+static void api_dial_cancel(void *handle)
+{
+	struct api_dial *x = handle;
+
+	direct_dial_cancel(x->dd);
+	free(x);
+}
+/* --- end issue10-calls --- */
+
 int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **out)
 {
 	struct worker *w;
@@ -1073,6 +1146,12 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 		free(w);
 		return rc;
 	}
+	if ((rc = wstatus_new(w, &w->status))) { /* issue10-status */
+		wmetrics_free(w->metrics);
+		free(w->schema_names);
+		free(w);
+		return rc;
+	}
 	uv_timer_init(loop, &w->end_timer); /* closed by close_all(), last */
 	w->end_timer.data = w;
 	if ((rc = build_connections(w)) || (rc = build_jobs(w))) {
@@ -1090,6 +1169,11 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 					  .reg = w->reg,
 					  .on_limited = on_rate_limited,
 					  .on_limited_data = w };
+		/* issue10-calls: the direct dials of POST /v2/calls, placed by this process */
+		w->api_dialer = (struct api_dialer){ .ctx = w,
+						     .submit = api_dial_submit,
+						     .cancel = api_dial_cancel };
+		ao.dialer = &w->api_dialer;
 		if ((rc = api_new(&ao, &w->api)))
 			return rc;
 	}
@@ -1208,6 +1292,7 @@ void worker_free(struct worker *w)
 	api_free(w->api);
 	redis_scripts_free(w->reg);
 	wmetrics_free(w->metrics);
+	wstatus_free(w->status); /* issue10-status: after gate_free() answered its reads */
 	free(w->schema_names);
 	free(w);
 }
