@@ -17,6 +17,7 @@
  *   headers (names + values) over max_header_bytes,
  *   or more than max_headers of them                 431 headers_too_large       (closes)
  *   body larger than the route's max_body            413 body_too_large          (closes)
+ *     (its message names the limit: "... at most <max_body> bytes.")
  *   headers not complete header_timeout_ms after
  *   the request's first byte, or the body not
  *   complete body_timeout_ms after the headers       408 request_timeout         (closes)

@@ -89,6 +89,7 @@ struct http_conn {
 	bool failed;	 /* a parser callback stopped the parser (fail_*) */
 	int fail_status; /* 0: stop quietly, else answer with it */
 	const char *fail_code, *fail_msg;
+	char fail_buf[96];  /* a fail_msg formatted for this connection (the 413's limit) */
 	const char *in_end; /* end of the input llhttp_execute() is parsing now */
 	unsigned crlf_left; /* bytes of the CRLF after a chunk's data still to check (2, 1, 0) */
 	char peer[64];

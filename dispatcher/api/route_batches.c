@@ -512,20 +512,16 @@ static void list_batches(struct api_call *c)
 	}
 }
 
-/* One request carries a batch up to the pending ceiling (R6); a contact is at most a few
- * hundred bytes. */
-#define BATCH_BODY_MAX ((size_t)256 << 20)
-
 const struct api_route_def api_routes_batches[] = {
 	{ .method = "POST",
 	  .pattern = "/v2/batches",
-	  .max_body = BATCH_BODY_MAX,
+	  .max_body = API_BATCH_JSON_BODY_MAX,
 	  .bucket = RATELIMIT_CALLS_CREATE,
 	  .handler = api_batch_create, /* route_batch_create.c */
 	  .summary = "Creates a batch from a JSON body of contacts." },
 	{ .method = "POST",
 	  .pattern = "/v2/batches/upload",
-	  .max_body = BATCH_BODY_MAX,
+	  .max_body = API_BATCH_CSV_BODY_MAX,
 	  .stream = true,
 	  .bucket = RATELIMIT_CALLS_CREATE,
 	  .handler = api_batch_upload, /* route_batch_create.c */
