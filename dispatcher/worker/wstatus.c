@@ -481,8 +481,9 @@ static int campaigns_from_view(struct jorg *o, const struct gate_view *v, cJSON 
 	const PGresult *pg = o->j->pg;
 	uint32_t n = 0, cap = v->n_campaigns + (uint32_t)o->rows + 1;
 	struct capacity_campaign *cs = calloc(cap, sizeof(*cs));
-	uint32_t *agents = calloc(v->n_agents ? v->n_agents : 1, sizeof(*agents));
-	uint64_t *work = calloc(v->n_agents ? v->n_agents : 1, sizeof(*work));
+	size_t na = (size_t)v->n_agents + v->n_campaigns + 1; /* gate_capacity_snapshot() */
+	uint32_t *agents = calloc(na, sizeof(*agents));
+	uint64_t *work = calloc(na, sizeof(*work));
 	struct capacity_org org;
 	struct capacity_sums sums;
 	unsigned listed = 0;
