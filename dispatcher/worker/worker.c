@@ -611,6 +611,13 @@ struct wmetrics *worker_metrics(struct worker *w)
 	return w->metrics;
 }
 
+/* --- issue10-f1 --- */
+struct api *worker_api(struct worker *w)
+{
+	return w->api;
+}
+/* --- end issue10-f1 --- */
+
 int worker_operator_port(const struct worker *w)
 {
 	return w->op ? operator_port(w->op) : -1;
