@@ -21,7 +21,10 @@
  *    within 2 s.
  *  - key_lookup_cap: with api_keys locked, 64 lookups in flight; the 65th unknown key answers
  *    503 with Retry-After: 1 (never 401) at once; all 64 get their 401 once unlocked.
+ *  - limiter_own_connection: the rate limiter's EVALSHA goes over its own Redis connection
+ *    (CLIENT LIST: name=ratelimit, last command evalsha), not the gate's.
  */
+#include <sys/un.h>
 #include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -515,6 +518,54 @@ static void key_lookup_cap(void **state)
 	api_worker_stop(&w1);
 }
 
+/* CLIENT LIST from the fixture's Redis (unix socket, inline command); free() the text. */
+static char *redis_client_list(void)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	assert_true(strncmp(svc.redis_url, "unix://", 7) == 0);
+	assert_true(strlen(svc.redis_url + 7) < sizeof(a.sun_path));
+	memcpy(a.sun_path, svc.redis_url + 7, strlen(svc.redis_url + 7));
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(write(fd, "CLIENT LIST\r\n", 13), 13);
+	for (;;) { /* "$<n>\r\n<n bytes>\r\n" */
+		ssize_t n = read(fd, buf + len, cap - len - 1);
+		assert_true(n > 0);
+		len += (size_t)n;
+		buf[len] = 0;
+		char *nl = strstr(buf, "\r\n");
+		if (nl && buf[0] == '$' && len >= (size_t)(nl - buf) + 2 + atol(buf + 1) + 2)
+			break;
+	}
+	close(fd);
+	return buf;
+}
+
+static void limiter_own_connection(void **state)
+{
+	char key[APIKEY_LEN + 1];
+	struct raw_response r;
+
+	(void)state;
+	api_make_org(db, "org-l", 5, NULL);
+	api_make_key(db, "org-l", "k", key, NULL);
+	api_worker_start(&w1, "api-l");
+	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+	raw_response_free(&r);
+	char *list = redis_client_list();
+	const char *line = strstr(list, "name=ratelimit ");
+	if (!line)
+		fail_msg("no ratelimit connection in CLIENT LIST:\n%s", list);
+	const char *cmd = strstr(line, " cmd=");
+	assert_non_null(cmd);
+	assert_int_equal(strncmp(cmd, " cmd=evalsha ", 13), 0);
+	free(list);
+	api_worker_stop(&w1);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -544,6 +595,7 @@ int main(void)
 		cmocka_unit_test(key_before_body),
 		cmocka_unit_test(unknown_key_negative_cache),
 		cmocka_unit_test(key_lookup_cap),
+		cmocka_unit_test(limiter_own_connection),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
