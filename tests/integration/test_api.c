@@ -21,6 +21,9 @@
  *    within 2 s.
  *  - key_lookup_cap: with api_keys locked, 64 lookups in flight; the 65th unknown key answers
  *    503 with Retry-After: 1 (never 401) at once; all 64 get their 401 once unlocked.
+ *  - user_me_postgres_mode: with Redis stopped and the fleet switched to postgres mode,
+ *    concurrency.current is the call rows' count of every state holding a slot (dialing,
+ *    live, unknown).
  *  - limiter_own_connection: the rate limiter's EVALSHA goes over its own Redis connection
  *    (CLIENT LIST: name=ratelimit, last command evalsha), not the gate's.
  */
@@ -566,6 +569,52 @@ static void limiter_own_connection(void **state)
 	api_worker_stop(&w1);
 }
 
+static void user_me_postgres_mode(void **state)
+{
+	char key[APIKEY_LEN + 1];
+	struct raw_response r;
+	const char *states[] = { "dialing", "live", "unknown" };
+
+	(void)state;
+	api_make_org(db, "org-p", 5, "cmp-p", NULL);
+	api_make_key(db, "org-p", "k", key, NULL);
+	for (int i = 0; i < 3; i++)
+		PQclear(api_sql(
+			db,
+			"INSERT INTO calls (id, org_id, campaign_id, agent_id, to_number, state,"
+			" gate_mode, gate_epoch, created_at) VALUES (gen_random_uuid(), "
+			"'org-p', 'cmp-p', 'org-p-agent', '+1555000000%d', '%s', 'redis', "
+			"(SELECT gate_epoch FROM system_settings), now())",
+			i, states[i]));
+	PQclear(api_sql(db,
+			"INSERT INTO calls (id, org_id, campaign_id, agent_id, to_number, state,"
+			" outcome, gate_mode, gate_epoch, created_at, ended_at) VALUES"
+			" (gen_random_uuid(), 'org-p', 'cmp-p', 'org-p-agent', '+15550000009',"
+			" 'ended', 'completed', 'redis', 1, now(), now())"));
+	api_worker_start(&w1, "api-p");
+	assert_int_equal(embedded_redis_stop(&svc), 0);
+	long long deadline = fixture_now_ms() + API_WAIT_MS;
+	for (;;) { /* the switch to postgres mode, as the workers record it */
+		PGresult *m = api_sql(db, "SELECT gate_mode FROM system_settings");
+		bool pg = strcmp(PQgetvalue(m, 0, 0), "postgres") == 0;
+		PQclear(m);
+		if (pg)
+			break;
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(100);
+	}
+	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+	cJSON *j = api_body(&r);
+	char *conc = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "concurrency"));
+	print_message("postgres mode: concurrency %s\n", conc);
+	free(conc);
+	assert_int_equal((int)api_num(j, "concurrency.current"), 3);
+	cJSON_Delete(j);
+	raw_response_free(&r);
+	assert_int_equal(embedded_redis_start(&svc), 0);
+	api_worker_stop(&w1);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -596,6 +645,7 @@ int main(void)
 		cmocka_unit_test(unknown_key_negative_cache),
 		cmocka_unit_test(key_lookup_cap),
 		cmocka_unit_test(limiter_own_connection),
+		cmocka_unit_test(user_me_postgres_mode),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
