@@ -56,10 +56,12 @@ struct http_request {
 	bool finishing;	  /* body_cb is being told the body failed: no http_respond() now */
 	bool timer_held;  /* body_timeout_ms held while not read, body_left ms left */
 	uint64_t body_left;
-	size_t received;      /* body bytes parsed so far (stream or not) */
-	http_body_cb body_cb; /* the consumer, NULL until http_request_body_read() */
-	void *body_data;      /* borrowed */
-	int err_status;	      /* a server error to answer at message end (404/405) */
+	size_t received;	    /* body bytes parsed so far (stream or not) */
+	http_body_cb body_cb;	    /* the consumer, NULL until http_request_body_read() */
+	void *body_data;	    /* borrowed */
+	http_collect_cb collect_cb; /* http_request_body_collect(): the body goes into body */
+	void *collect_data;	    /* borrowed */
+	int err_status;		    /* a server error to answer at message end (404/405) */
 	const char *err_code, *err_msg;
 	struct http_buf extra; /* response headers added by the handler / decorate */
 	struct http_buf out;   /* the serialized response */

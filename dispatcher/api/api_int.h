@@ -48,6 +48,7 @@ struct api_call {
 	struct ratelimit_decision limit; /* the decision whose headers the answer carries */
 	unsigned char hash[APIKEY_HASH_LEN];
 	char hash_hex[2 * APIKEY_HASH_LEN + 1];
+	size_t body_reserved; /* bytes of api_options.body_budget its buffered body holds */
 };
 
 typedef void (*api_handler)(struct api_call *c);

@@ -71,6 +71,7 @@ struct worker {
 	struct http_server *http;
 	struct api *api;	      /* the /v2 and /api routes; NULL in role worker */
 	struct api_dialer api_dialer; /* issue10-calls: POST /v2/calls -> direct (below) */
+	struct redis_conn *rl_conn;   /* issue10-f1: the API rate limiter's own connection */
 	uv_timer_t end_timer;	      /* closes call_end once the turn's requests are flushed */
 	unsigned parts;		      /* events / sweep closes not answered yet */
 	bool final;		      /* close_all() ran: close call_end once parts is 0 */
@@ -616,6 +617,13 @@ struct wmetrics *worker_metrics(struct worker *w)
 	return w->metrics;
 }
 
+/* --- issue10-f1 --- */
+struct api *worker_api(struct worker *w)
+{
+	return w->api;
+}
+/* --- end issue10-f1 --- */
+
 int worker_operator_port(const struct worker *w)
 {
 	return w->op ? operator_port(w->op) : -1;
@@ -687,6 +695,9 @@ static void ends_closed(void *data)
 	if (w->conn)
 		redis_conn_close(w->conn, NULL, NULL);
 	w->conn = NULL;
+	if (w->rl_conn) /* issue10-f1 */
+		redis_conn_close(w->rl_conn, NULL, NULL);
+	w->rl_conn = NULL;
 	uv_close((uv_handle_t *)&w->end_timer, closed_noop);
 }
 
@@ -1162,10 +1173,22 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 	*out = w;
 	/* --- the API (issue 10): dispatcher/api/api.h --- */
 	if (o->role != WORKER_ROLE_WORKER) {
+		/* issue10-f1: the rate limiter has its own Redis connection, as the gate's (same URL
+		 * and deadlines, no mode events), so a burst of API calls never queues behind or
+		 * ahead of admissions, nor makes the mode controller switch. */
+		struct redis_conn_options rlo = { .url = o->redis_url,
+						  .name = "ratelimit",
+						  .connect_timeout_ms = o->redis_connect_timeout_ms,
+						  .command_timeout_ms = o->redis_command_timeout_ms,
+						  .reconnect_min_ms = o->reconnect_min_ms,
+						  .reconnect_max_ms = o->reconnect_max_ms,
+						  .scripts = w->reg };
+		if ((rc = redis_conn_new(w->loop, &rlo, &w->rl_conn)))
+			return rc;
 		struct api_options ao = { .loop = w->loop,
 					  .pool = w->pool,
 					  .gate = w->gate,
-					  .conn = w->conn,
+					  .conn = w->rl_conn, /* issue10-f1 */
 					  .reg = w->reg,
 					  .on_limited = on_rate_limited,
 					  .on_limited_data = w };
@@ -1237,6 +1260,7 @@ int worker_start(struct worker *w)
 	uv_signal_start(&w->sigterm, on_signal, SIGTERM);
 	uv_signal_start(&w->sigint, on_signal, SIGINT);
 	if ((rc = pg_pool_start(w->pool)) || (rc = redis_conn_start(w->conn)) ||
+	    (w->rl_conn && (rc = redis_conn_start(w->rl_conn))) || /* issue10-f1 */
 	    (rc = redis_sub_start(w->sub)) || (rc = gate_mode_start(w->mode)) ||
 	    (rc = refresher_start(w->refresher)) || (rc = reconciler_start(w->reconciler)) ||
 	    (w->o.role != WORKER_ROLE_API && (rc = select_start(w->sel))))
