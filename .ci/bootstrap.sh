@@ -14,6 +14,7 @@ packages=(
 	wrk                                           # benchmarks
 	clang-format                                  # format-check run target
 	clang libclang-rt-14-dev                      # fuzz targets: libFuzzer, ASan/UBSan runtimes (tests/fuzz)
+	chromium                                      # the status page test, headless (big: 25 packages, ~400 MB installed)
 )
 
 missing=()

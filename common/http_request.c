@@ -39,6 +39,17 @@ static int nomem(llhttp_t *p)
 	return fail(p, 500, "internal", "The server ran out of memory.");
 }
 
+/* 413, naming the route's limit (the message lives in the connection until it is answered). */
+static int body_too_large(llhttp_t *p)
+{
+	struct http_conn *c = conn_of(p);
+	size_t max = c->cur && c->cur->route ? c->cur->route->r.max_body : 0;
+
+	snprintf(c->fail_buf, sizeof(c->fail_buf),
+		 "The request body is larger than this route accepts: at most %zu bytes.", max);
+	return fail(p, 413, "body_too_large", c->fail_buf);
+}
+
 struct http_request *request_new(struct http_conn *c)
 {
 	struct http_request *req = calloc(1, sizeof(*req));
@@ -385,20 +396,13 @@ static int on_headers_complete(llhttp_t *p)
 	if (req->err_status && has_body)
 		return fail(p, req->err_status, req->err_code, req->err_msg);
 	if (req->route && p->content_length > req->route->r.max_body && !(p->flags & F_CHUNKED))
-		return fail(p, 413, "body_too_large",
-			    "The request body is larger than this route accepts.");
+		return body_too_large(p);
 	if (req->route && req->route->r.stream && !req->err_status)
 		return stream_start(p, req, has_body); /* 100 Continue when its body is read */
 	if (req->route && has_body)
 		maybe_continue(c, req);
 	conn_arm(c, c->srv->cfg.body_timeout_ms);
 	return 0;
-}
-
-static int body_too_large(llhttp_t *p)
-{
-	return fail(p, 413, "body_too_large",
-		    "The request body is larger than this route accepts.");
 }
 
 /* Checks the bytes in [p, end) that follow a chunk's data: llhttp 8.1 skips two bytes there

@@ -17,6 +17,7 @@
  *   headers (names + values) over max_header_bytes,
  *   or more than max_headers of them                 431 headers_too_large       (closes)
  *   body larger than the route's max_body            413 body_too_large          (closes)
+ *     (its message names the limit: "... at most <max_body> bytes.")
  *   headers not complete header_timeout_ms after
  *   the request's first byte, or the body not
  *   complete body_timeout_ms after the headers       408 request_timeout         (closes)
@@ -102,6 +103,12 @@ typedef void (*http_handler_cb)(struct http_request *req, void *data);
  * status 0; a body that cannot be completed is one call with len 0 and a negative status. */
 typedef void (*http_body_cb)(struct http_request *req, const char *buf, size_t len, int status,
 			     void *data);
+
+/* Called once when a body collected with http_request_body_collect() ends: status 0 (the body
+ * is in http_request_body(); the handler answers, from this call or later) or a negative status
+ * as http_body_cb's last call has it (the server answered or nothing is answered: req is
+ * invalid once cb returns). */
+typedef void (*http_collect_cb)(struct http_request *req, int status, void *data);
 
 /* Called for every response just before it is serialized. It may call http_response_header()
  * on req. status is the response's status. The request may be partial (a server error found
@@ -220,7 +227,8 @@ void http_request_header_at(const struct http_request *req, unsigned i, const ch
 const char *http_request_param(const struct http_request *req, const char *name);
 
 /* Returns the body (NUL-terminated for convenience; may contain NULs) and sets *len. An empty
- * body is "" with *len 0, and so is a stream route's (read with http_request_body_read()). */
+ * body is "" with *len 0, and so is a stream route's (read with http_request_body_read()),
+ * unless its handler collected it (http_request_body_collect()). */
 const char *http_request_body(const struct http_request *req, size_t *len);
 
 /* Starts reading the body of a stream route's request (see "Streamed bodies" above). cb is
@@ -247,6 +255,17 @@ const char *http_request_body(const struct http_request *req, size_t *len);
  * never called and the handler still answers (the answer is dropped, or is the connection's
  * last). */
 int http_request_body_read(struct http_request *req, http_body_cb cb, void *data);
+
+/* Buffers a stream route's body into the request, as for a buffered route, then calls cb once:
+ * the handler of a stream route decides at the end of the headers (an API checks a key and a
+ * rate limit there, answering 401/429 without reading the body) and, when it wants the whole
+ * body, collects it. Everything http_request_body_read() says holds: max_body and
+ * body_timeout_ms apply, 100 Continue is sent now, a failed body is answered by the server
+ * (413, 408, 400, 500) and cb gets the negative status. With status 0 http_request_body()
+ * returns the body (NUL-terminated); the handler answers. The body counts in
+ * stats.input_held_max. cb may be called before this returns (a body already received, or
+ * none). Returns as http_request_body_read(): 0, -EINVAL or -ECONNRESET (cb never called). */
+int http_request_body_collect(struct http_request *req, http_collect_cb cb, void *data);
 
 /* Stops taking the body: the socket is no longer read (TCP flow control holds the client back)
  * and body_timeout_ms is held, until http_request_body_resume(). cb is not called while paused,

@@ -56,10 +56,12 @@ struct http_request {
 	bool finishing;	  /* body_cb is being told the body failed: no http_respond() now */
 	bool timer_held;  /* body_timeout_ms held while not read, body_left ms left */
 	uint64_t body_left;
-	size_t received;      /* body bytes parsed so far (stream or not) */
-	http_body_cb body_cb; /* the consumer, NULL until http_request_body_read() */
-	void *body_data;      /* borrowed */
-	int err_status;	      /* a server error to answer at message end (404/405) */
+	size_t received;	    /* body bytes parsed so far (stream or not) */
+	http_body_cb body_cb;	    /* the consumer, NULL until http_request_body_read() */
+	void *body_data;	    /* borrowed */
+	http_collect_cb collect_cb; /* http_request_body_collect(): the body goes into body */
+	void *collect_data;	    /* borrowed */
+	int err_status;		    /* a server error to answer at message end (404/405) */
 	const char *err_code, *err_msg;
 	struct http_buf extra; /* response headers added by the handler / decorate */
 	struct http_buf out;   /* the serialized response */
@@ -89,6 +91,7 @@ struct http_conn {
 	bool failed;	 /* a parser callback stopped the parser (fail_*) */
 	int fail_status; /* 0: stop quietly, else answer with it */
 	const char *fail_code, *fail_msg;
+	char fail_buf[96];  /* a fail_msg formatted for this connection (the 413's limit) */
 	const char *in_end; /* end of the input llhttp_execute() is parsing now */
 	unsigned crlf_left; /* bytes of the CRLF after a chunk's data still to check (2, 1, 0) */
 	char peer[64];

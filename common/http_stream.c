@@ -221,3 +221,44 @@ void http_request_body_resume(struct http_request *req)
 	req->body_paused = false;
 	resume(req->conn, req);
 }
+
+/* http_request_body_collect()'s consumer: the pieces go into req->body, the end to collect_cb. */
+static void collect_piece(struct http_request *req, const char *buf, size_t len, int status,
+			  void *data)
+{
+	struct http_conn *c = req->conn;
+	http_collect_cb cb = req->collect_cb;
+
+	(void)data;
+	if (len) {
+		if (http_buf_append(&req->body, buf, len) == 0) {
+			if (req->body.len > c->srv->stats.input_held_max)
+				c->srv->stats.input_held_max = req->body.len;
+			return;
+		}
+		/* Out of memory: the collector is told, the server answers 500 and closes. */
+		req->collect_cb = NULL;
+		req->body_cb = NULL;
+		req->finishing = true;
+		cb(req, -ENOMEM, req->collect_data);
+		req->finishing = false;
+		req->close_after = true;
+		request_error(req, 500, "internal", "The server ran out of memory.");
+		return;
+	}
+	req->collect_cb = NULL;
+	cb(req, status, req->collect_data);
+}
+
+int http_request_body_collect(struct http_request *req, http_collect_cb cb, void *data)
+{
+	int rc;
+
+	if (!cb || req->collect_cb)
+		return -EINVAL;
+	req->collect_cb = cb;
+	req->collect_data = data;
+	if ((rc = http_request_body_read(req, collect_piece, NULL)))
+		req->collect_cb = NULL;
+	return rc;
+}

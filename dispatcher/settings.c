@@ -112,9 +112,9 @@ const struct config_setting settings_table[] = {
 	/* --- operator listener (issue 10 items 7-8) --- */
 	{ "DISPATCHER_OPERATOR_LISTEN", CONFIG_STRING, 0, 0, "127.0.0.1:9464", NULL, NULL, false,
 	  OFF(operator_listen),
-	  "Address of the operator listener (GET /metrics, /healthz), as DISPATCHER_LISTEN, or "
-	  "off. "
-	  "Off loopback it needs DISPATCHER_ADMIN_TOKEN (refused at start without it); a port "
+	  "Address of the operator listener (GET /metrics, /healthz, /status: the status page), as "
+	  "DISPATCHER_LISTEN, or off. Off loopback it needs DISPATCHER_ADMIN_TOKEN (refused at "
+	  "start without it); a port "
 	  "already taken (a second worker of the host) is logged and the worker runs without "
 	  "it." },
 	{ "DISPATCHER_ADMIN_TOKEN", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(admin_token),

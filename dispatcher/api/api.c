@@ -19,6 +19,10 @@
 
 #define KEY_CACHE_MS_DEFAULT 2000
 #define KEY_CACHE_MAX	     4096 /* entries; past it the expired ones go, then all */
+#define NEG_CACHE_MS_DEFAULT 2000
+#define NEG_CACHE_MAX	     4096 /* unknown hashes remembered; past it all are forgotten */
+#define KEY_LOOKUPS_MAX	     64	  /* key lookups in flight; past it 503 (never 401) */
+#define BODY_BUDGET_DEFAULT  ((size_t)256 << 20)
 
 /* The one 401 body: a missing, malformed, unknown or revoked key all read the same (R4). */
 #define UNAUTHORIZED_MESSAGE                                                                       \
@@ -47,12 +51,20 @@ struct key_entry {
 	struct api_key_info info;
 };
 
+struct neg_entry {
+	char hex[2 * APIKEY_HASH_LEN + 1]; /* the map's key */
+	uint64_t expires_ms;		   /* loop time */
+};
+
 struct api {
 	struct api_options o;
 	const struct pg_stmt *st_key;
 	struct binding *bindings;
 	size_t n_bindings;
 	struct strmap cache;	    /* hex hash -> struct key_entry */
+	struct strmap neg;	    /* hex hash -> struct neg_entry: no active key has it */
+	unsigned lookups;	    /* key lookups in flight */
+	size_t bodies;		    /* bytes reserved by buffered bodies in flight */
 	struct ratelimit_redis *rl; /* NULL without a Redis connection: every check fails open */
 	struct api_stats stats;
 };
@@ -72,6 +84,7 @@ static const struct {
 
 static void call_free(struct api_call *c)
 {
+	c->api->bodies -= c->body_reserved;
 	OPENSSL_cleanse(c->hash, sizeof(c->hash));
 	free(c);
 }
@@ -81,7 +94,7 @@ static void limit_headers(struct api_call *c)
 	char v[32];
 
 	if (!c->limit.limit)
-		return; /* no organisation known (401): no limit to show */
+		return; /* no organisation known (401, 503 of the lookup): no limit to show */
 	snprintf(v, sizeof(v), "%" PRIu32, c->limit.limit);
 	http_response_header(c->req, "X-RateLimit-Limit", v);
 	snprintf(v, sizeof(v), "%" PRIu32, c->limit.remaining);
@@ -179,6 +192,60 @@ uv_loop_t *api_loop(const struct api *a)
 	return a->o.loop;
 }
 
+/* ---- buffered bodies ---- */
+
+/* The end of a collected body: the handler runs, reading it with http_request_body(); a body
+ * that failed was answered by the server (413, 408, 400, 500) or by nobody (client gone). */
+static void body_collected(struct http_request *req, int status, void *data)
+{
+	struct api_call *c = data;
+
+	(void)req;
+	if (status < 0) {
+		call_free(c);
+		return;
+	}
+	c->route->handler(c);
+}
+
+/* What a body will hold once buffered: its Content-Length, or the route's max_body for a
+ * chunked one (its length is not known before it has come). */
+static size_t body_size(const struct api_call *c)
+{
+	const char *cl = http_request_header(c->req, "Content-Length");
+	char *end;
+
+	if (cl && !http_request_header(c->req, "Transfer-Encoding")) {
+		unsigned long long v = strtoull(cl, &end, 10);
+		if (end != cl && !*end)
+			return v < c->route->max_body ? (size_t)v : c->route->max_body;
+	}
+	return c->route->max_body;
+}
+
+/* A route whose handler reads http_request_body() is mounted as a stream route: the key and
+ * the rate limit were checked at the end of the headers, and only now is the body read,
+ * within the budget of buffered bodies in flight (api_options.body_budget). */
+static void body_collect(struct api_call *c)
+{
+	struct api *a = c->api;
+	size_t need = body_size(c);
+	int rc;
+
+	if (need > a->o.body_budget - a->bodies) {
+		a->stats.bodies_refused++;
+		http_response_header(c->req, "Retry-After", "1");
+		api_error(c, 503, "unavailable",
+			  "The server is receiving as many request bodies as it holds; retry "
+			  "shortly.");
+		return;
+	}
+	a->bodies += need;
+	c->body_reserved = need;
+	if ((rc = http_request_body_collect(c->req, body_collected, c)))
+		api_error(c, 400, "bad_request", "The request body can no longer be read.");
+}
+
 /* ---- rate limit (R1-R3) ---- */
 
 static int64_t wall_ms(void)
@@ -205,7 +272,11 @@ static void admitted(struct api_call *c)
 		api_error_1300(c, c->limit.retry_after_s, msg);
 		return;
 	}
-	c->route->handler(c);
+	if (c->route->stream || !c->route->max_body) {
+		c->route->handler(c);
+		return;
+	}
+	body_collect(c);
 }
 
 static void limit_done(const struct ratelimit_result *r, void *data)
@@ -287,12 +358,50 @@ static void cache_put(struct api *a, const struct api_call *c)
 		free(e);
 }
 
+static void neg_clear(struct api *a)
+{
+	for (uint32_t i = 0; i < a->neg.cap; i++)
+		if (a->neg.slots[i].key)
+			free(a->neg.slots[i].value);
+	strmap_free(&a->neg);
+}
+
+/* Remembers that no active key has this hash, for neg_cache_ms. */
+static void neg_put(struct api *a, const char *hex)
+{
+	struct neg_entry *e;
+
+	if (a->neg.count >= NEG_CACHE_MAX)
+		neg_clear(a); /* bounded: the lookup cap still holds PostgreSQL's load */
+	if (!(e = calloc(1, sizeof(*e))))
+		return;
+	memcpy(e->hex, hex, sizeof(e->hex));
+	e->expires_ms = uv_now(a->o.loop) + a->o.neg_cache_ms;
+	if (strmap_put(&a->neg, e->hex, e))
+		free(e);
+}
+
+/* Whether the hash was found unknown less than neg_cache_ms ago (an expired entry goes). */
+static bool neg_hit(struct api *a, const char *hex)
+{
+	struct neg_entry *e = strmap_get(&a->neg, hex);
+
+	if (!e)
+		return false;
+	if (e->expires_ms > uv_now(a->o.loop))
+		return true;
+	strmap_del(&a->neg, e->hex);
+	free(e);
+	return false;
+}
+
 static void key_done(int status, const struct pg_results *r, void *data)
 {
 	struct api_call *c = data;
 	struct api *a = c->api;
 	unsigned char stored[APIKEY_HASH_LEN];
 
+	a->lookups--;
 	if (status) {
 		a->stats.unavailable++;
 		api_db_error(c, status, "the key lookup");
@@ -301,6 +410,7 @@ static void key_done(int status, const struct pg_results *r, void *data)
 	const PGresult *res = r->res[0];
 	if (PQntuples(res) != 1 || hex_to_hash(PQgetvalue(res, 0, 3), stored) ||
 	    !apikey_hash_equal(stored, c->hash)) {
+		neg_put(a, c->hash_hex);
 		unauthorized(c);
 		return;
 	}
@@ -350,6 +460,19 @@ static void authenticate(struct api_call *c)
 		strmap_del(&a->cache, e->hex);
 		free(e);
 	}
+	if (neg_hit(a, c->hash_hex)) {
+		a->stats.key_negative_hits++;
+		unauthorized(c);
+		return;
+	}
+	if (a->lookups >= a->o.max_key_lookups) {
+		/* Not a 401: the key may be good. */
+		a->stats.lookups_refused++;
+		http_response_header(c->req, "Retry-After", "1");
+		api_error(c, 503, "unavailable",
+			  "The server is checking as many API keys as it can; retry shortly.");
+		return;
+	}
 	a->stats.key_lookups++;
 	const char *v[1] = { c->hash_hex };
 	struct pg_query q = { .stmt = a->st_key, .nparams = 1, .values = v };
@@ -357,7 +480,9 @@ static void authenticate(struct api_call *c)
 	if (rc) {
 		a->stats.unavailable++;
 		api_db_error(c, rc, "the key lookup");
+		return;
 	}
+	a->lookups++;
 }
 
 static void on_request(struct http_request *req, void *data)
@@ -400,7 +525,14 @@ int api_new(const struct api_options *o, struct api **out)
 	a->o = *o;
 	if (!a->o.key_cache_ms)
 		a->o.key_cache_ms = KEY_CACHE_MS_DEFAULT;
+	if (!a->o.neg_cache_ms)
+		a->o.neg_cache_ms = NEG_CACHE_MS_DEFAULT;
+	if (!a->o.max_key_lookups)
+		a->o.max_key_lookups = KEY_LOOKUPS_MAX;
+	if (!a->o.body_budget)
+		a->o.body_budget = BODY_BUDGET_DEFAULT;
 	strmap_init(&a->cache);
+	strmap_init(&a->neg);
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		n += *tables[t].n;
 	if (!(a->bindings = calloc(n, sizeof(*a->bindings)))) {
@@ -436,10 +568,13 @@ size_t api_routes(struct api *a, struct http_route *out, size_t cap)
 	for (size_t i = 0; i < a->n_bindings && i < cap; i++) {
 		const struct api_route_def *d = a->bindings[i].def;
 
+		/* Every route that takes a body is a stream route at the HTTP level: its key and
+		 * rate limit are checked at the end of the headers, before any of the body is read
+		 * (body_collect() buffers it afterwards for the handlers that read it whole). */
 		out[i] = (struct http_route){ .method = d->method,
 					      .pattern = d->pattern,
 					      .max_body = d->max_body,
-					      .stream = d->stream,
+					      .stream = d->stream || d->max_body > 0,
 					      .handler = on_request,
 					      .data = &a->bindings[i] };
 	}
@@ -464,6 +599,7 @@ void api_free(struct api *a)
 	if (!a)
 		return;
 	cache_clear(a);
+	neg_clear(a);
 	free(a->bindings);
 	free(a);
 }

@@ -11,7 +11,15 @@
  *
  * Keys are cached for key_cache_ms (2 s by default) after a successful lookup: a revoked key
  * (or a changed rate limit) is seen by every node within that time plus one lookup, well under
- * issue 10's 5 s. Failed lookups are not cached.
+ * issue 10's 5 s. A hash found unknown is remembered for neg_cache_ms (2 s; at most 4096 of
+ * them), so a client repeating a bad key costs PostgreSQL one query per 2 s, and at most
+ * max_key_lookups lookups are in flight (past it 503). A key created just after a failed
+ * attempt with it is accepted within neg_cache_ms.
+ *
+ * Bodies: every route that takes one is a stream route at the HTTP level, so the key and the
+ * rate limit are checked before any byte of the body is read (401 and 429 never wait for it);
+ * the handlers that read the body whole get it buffered afterwards
+ * (http_request_body_collect()), within body_budget bytes for all requests in flight.
  *
  * Threading: everything on the loop's thread, like the rest of the worker.
  */
@@ -84,6 +92,17 @@ struct api_options {
 	 * links the worker; NULL: POST /v2/calls answers 503. */
 	const struct api_dialer *dialer;
 	uint64_t key_cache_ms; /* how long a looked-up key is trusted; 0: the default [2000] */
+	/* How long a hash no active key has is answered 401 without a lookup; a key created
+	 * within that time after a failed attempt with it works once it has passed. 0: the
+	 * default [2000] */
+	uint64_t neg_cache_ms;
+	/* Key lookups in PostgreSQL in flight at once; past it a request needing one is answered
+	 * 503 with Retry-After: 1 (never 401: its key may be good). 0: the default [64] */
+	unsigned max_key_lookups;
+	/* Bytes of request bodies buffered for the handlers at once (a body reserves its
+	 * Content-Length, a chunked one its route's max_body, from the end of its headers to its
+	 * answer); past it 503 with Retry-After: 1. 0: the default [268435456] */
+	size_t body_budget;
 	/* Called for each rate-limit 429 with the bucket's name (the worker counts it in
 	 * /metrics); may be NULL. */
 	void (*on_limited)(const char *bucket, void *data);
@@ -105,11 +124,14 @@ size_t api_routes(struct api *a, struct http_route *out, size_t cap);
 
 /* Counters, for /metrics and tests. */
 struct api_stats {
-	uint64_t requests;	 /* requests that reached the API's routes */
-	uint64_t unauthorized;	 /* 401s */
-	uint64_t key_lookups;	 /* PostgreSQL lookups (cache misses) */
-	uint64_t key_cache_hits; /* requests served from the key cache */
-	uint64_t unavailable;	 /* 503s: the key could not be looked up */
+	uint64_t requests;	    /* requests that reached the API's routes */
+	uint64_t unauthorized;	    /* 401s */
+	uint64_t key_lookups;	    /* PostgreSQL lookups (cache misses) */
+	uint64_t key_cache_hits;    /* requests served from the key cache */
+	uint64_t unavailable;	    /* 503s: the key could not be looked up */
+	uint64_t key_negative_hits; /* 401s from the negative cache (no lookup) */
+	uint64_t lookups_refused;   /* 503s: max_key_lookups lookups were in flight */
+	uint64_t bodies_refused;    /* 503s: the body would have crossed body_budget */
 };
 void api_get_stats(const struct api *a, struct api_stats *out);
 

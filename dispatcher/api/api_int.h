@@ -48,6 +48,7 @@ struct api_call {
 	struct ratelimit_decision limit; /* the decision whose headers the answer carries */
 	unsigned char hash[APIKEY_HASH_LEN];
 	char hash_hex[2 * APIKEY_HASH_LEN + 1];
+	size_t body_reserved; /* bytes of api_options.body_budget its buffered body holds */
 };
 
 typedef void (*api_handler)(struct api_call *c);
@@ -90,6 +91,10 @@ const char *api_openapi_text(size_t *len);
  * table). */
 void api_batch_create(struct api_call *c);
 void api_batch_upload(struct api_call *c);
+/* Their body limits (413 above): the JSON body is buffered, so 64 MiB (250,000 contacts of
+ * ~268 bytes each); the CSV is streamed at constant memory, so 256 MiB. */
+#define API_BATCH_JSON_BODY_MAX ((size_t)64 << 20)
+#define API_BATCH_CSV_BODY_MAX	((size_t)256 << 20)
 
 /* What the handlers use of the API's dependencies. */
 struct pg_pool *api_pool(const struct api *a);

@@ -12,7 +12,9 @@
  * stopped: dispatcher/worker/select.h, select_dispatch_notify()); the call-row write refuses
  * any contact of a batch that is not active, so nothing of it is dialled after the commit but a
  * write already running. Calls in flight finish; their contact then goes to done / failed, or,
- * where it would be retried, to held (paused) or cancelled (stopped) — call_end.c.
+ * where it would be retried, to held (paused) or cancelled (stopped) — call_end.c. A resume
+ * NOTIFYs too (migration 0016): the workers re-propose their waiting admissions of the
+ * organisation once they have claimed the batch's contacts.
  *
  * Transitions: stop from active or paused (final); pause from active; resume from paused. The
  * same request again is a 200 that changes nothing (a retried request after a lost answer);
@@ -437,20 +439,16 @@ static void list_batches(struct api_call *c)
 	}
 }
 
-/* One request carries a batch up to the pending ceiling (R6); a contact is at most a few
- * hundred bytes. */
-#define BATCH_BODY_MAX ((size_t)256 << 20)
-
 const struct api_route_def api_routes_batches[] = {
 	{ .method = "POST",
 	  .pattern = "/v2/batches",
-	  .max_body = BATCH_BODY_MAX,
+	  .max_body = API_BATCH_JSON_BODY_MAX,
 	  .bucket = RATELIMIT_CALLS_CREATE,
 	  .handler = api_batch_create, /* route_batch_create.c */
 	  .summary = "Creates a batch from a JSON body of contacts." },
 	{ .method = "POST",
 	  .pattern = "/v2/batches/upload",
-	  .max_body = BATCH_BODY_MAX,
+	  .max_body = API_BATCH_CSV_BODY_MAX,
 	  .stream = true,
 	  .bucket = RATELIMIT_CALLS_CREATE,
 	  .handler = api_batch_upload, /* route_batch_create.c */

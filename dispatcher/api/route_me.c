@@ -3,9 +3,12 @@
  * From the key lookup (api.c, cached): the organisation, the key (developer), plan, tier, the
  * limits and the rate limits. From one PostgreSQL read: the wallet (migration 0013) and the
  * organisation's live calls as the call rows count them. From the gate (one Redis round trip):
- * concurrency.current, the organisation's live count as the gate holds it; when the gate
- * cannot answer (Redis down: the fleet is then in postgres mode, where the call rows are the
- * count, C11) the call rows' count is reported instead.
+ * concurrency.current, the organisation's live count as the gate holds it, in redis mode only:
+ * in postgres mode (system_settings.gate_mode, read with the wallet; C11) the call rows are the
+ * count and Redis, even when it answers, holds a stale one, so the call rows' count is
+ * reported, as it is when the gate cannot answer. The rows counted are those holding a slot:
+ * 'dialing', 'live' and 'unknown' (LIVE_STATES of dispatcher/gate/gate_pg_int.h, the set
+ * postgres mode's admissions count).
  *
  * concurrency.max = min(org_limit, per_agent_limit) (the source document's effective_max);
  * agent_max = per_agent_limit, or org_limit when unset (it can then never refuse);
@@ -22,11 +25,14 @@
 #include <libpq-fe.h>
 
 #include <stdlib.h>
+#include <string.h>
 
 static const char SQL_ME[] =
 	"SELECT o.wallet_currency, o.wallet_balance, o.wallet_allocated_total, "
 	"o.wallet_lifetime_allocated, o.wallet_total_spent, "
-	"(SELECT count(*) FROM calls c WHERE c.org_id = o.id AND c.state IN ('dialing', 'live')) "
+	"(SELECT count(*) FROM calls c WHERE c.org_id = o.id"
+	" AND c.state IN ('dialing', 'live', 'unknown')), " /* LIVE_STATES (gate_pg_int.h) */
+	"(SELECT gate_mode FROM system_settings) "
 	"FROM organisations o WHERE o.id = $1";
 
 struct me {
@@ -106,7 +112,8 @@ static void me_done(int status, const struct pg_results *r, void *data)
 		m->wallet[i] = strtod(PQgetvalue(res, 0, 1 + i), NULL);
 	m->rows_live = (uint32_t)strtoul(PQgetvalue(res, 0, 5), NULL, 10);
 	struct gate *g = api_gate(m->c->api);
-	if (!g || gate_read(g, m->c->key.org.id, gate_done, m))
+	if (strcmp(PQgetvalue(res, 0, 6), "redis") != 0 || !g ||
+	    gate_read(g, m->c->key.org.id, gate_done, m))
 		answer(m, m->rows_live);
 }
 

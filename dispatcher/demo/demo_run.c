@@ -986,8 +986,8 @@ static int prepare_all(struct demo *d, const char *self, const char *stub)
 	fflush(stdout);
 	if ((e = demo_workers_start(&d->procs, self, d->o.workers, &we)))
 		return e;
-	printf("operators: http://127.0.0.1:%d/metrics (worker demo-w1; each worker has its own "
-	       "operator port, see its log)\n\n",
+	printf("operators: http://127.0.0.1:%d/status (live page) and /metrics, worker demo-w1; "
+	       "each worker has its own operator port\n\n",
 	       d->procs.operator_ports[0]);
 	fflush(stdout);
 	return demo_interrupted() ? -EINTR : 0;

@@ -12,7 +12,9 @@
 --   flags   "" or "w": a refused call registers as a waiter (C9/C10): a direct dial as a
 --           waiting direct dial (k + 1), a batch call under each of its candidates (all were
 --           refused); a waiter refused again (woken or not) goes back to its places in the
---           queue, under the campaigns it registered with
+--           queue with its first since: a direct dial as before, a batch call under this
+--           admission's candidates (those it will offer when woken; its record rewritten when
+--           they changed)
 --   agent   a direct dial's agent ("" for none); ignored for batch candidates
 --   worker  the worker holding the waiter (its wake channel); "" for none: a direct dial
 --           then counts in k but is never woken, and its registration expires (gate_wc.lua.inc
@@ -218,6 +220,23 @@ if not admitted then
 		if rec then -- already waiting (woken or not): back to its places, its wake consumed
 			local rc, since, rwk = string.match(rec, '^([^|]*)|(%d+)|?(.*)$')
 			redis.call('ZREM', KEYS[9], call)
+			if not direct then -- a batch waiter waits under its latest candidates
+				local seen, nc = {}, ARGV[6]
+				seen[nc] = true
+				for i = 7, #ARGV do
+					if not seen[ARGV[i]] then
+						seen[ARGV[i]] = true
+						nc = nc .. ',' .. ARGV[i]
+					end
+				end
+				if nc ~= rc then
+					if not wx_none(rwk) then
+						wc_unqueue(KEYS[7], KEYS[8], rc, tonumber(since), call)
+					end
+					redis.call('HSET', KEYS[6], call, nc .. '|' .. since .. '|' .. rwk)
+					rc = nc
+				end
+			end
 			if not wx_none(rwk) then -- it has a worker: queued
 				wc_queue(state, KEYS[7], KEYS[8], direct and '*' or rc, tonumber(since), call)
 			elseif direct then -- none: its registration's expiry renewed (gate_wc.lua.inc)

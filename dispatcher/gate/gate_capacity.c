@@ -41,8 +41,28 @@ static int64_t find_agent(const struct gate_view *v, const char *id)
 	return -1;
 }
 
+/* The index of agent id: the view's, or one appended after them with no running call (an agent
+ * the gate lists no call for, e.g. a fresh organisation's). The appended ones are found again
+ * through the campaigns already filled (cs[0..n), whose view entries are v->campaigns[0..n)). */
+static int64_t agent_index(const struct gate_view *v, const struct capacity_campaign *cs,
+			   uint32_t n, struct capacity_org *org, uint32_t *agent_running,
+			   const char *id)
+{
+	int64_t a = find_agent(v, id);
+
+	if (a >= 0)
+		return a;
+	for (uint32_t j = 0; j < n; j++)
+		if (cs[j].agent >= v->n_agents && cs[j].agent != FAIRSHARE_NO_AGENT &&
+		    v->campaigns[j].agent && strcmp(v->campaigns[j].agent, id) == 0)
+			return cs[j].agent;
+	agent_running[org->n_agents] = 0;
+	return org->n_agents++;
+}
+
 static int fill_campaign(const struct gate_view *v, const struct gate_campaign_view *c,
 			 const struct capacity_meta *meta, uint32_t n_meta,
+			 struct capacity_org *org, uint32_t *agent_running, uint32_t n,
 			 struct capacity_campaign *out)
 {
 	const struct capacity_meta *m = c->id ? find_meta(meta, n_meta, c->id) : NULL;
@@ -56,12 +76,8 @@ static int fill_campaign(const struct gate_view *v, const struct gate_campaign_v
 	out->direct = c->id == NULL;
 	out->state = m ? m->state : FAIRSHARE_RUNNING;
 	out->active = out->direct ? v->direct_waiting >= 1 : (m ? m->active : c->floor > 0);
-	if (!out->direct && c->agent) {
-		int64_t a = find_agent(v, c->agent);
-		if (a < 0)
-			return -EINVAL;
-		out->agent = (uint32_t)a;
-	}
+	if (!out->direct && c->agent)
+		out->agent = (uint32_t)agent_index(v, out - n, n, org, agent_running, c->agent);
 	return 0;
 }
 
@@ -72,7 +88,7 @@ int gate_capacity_snapshot(const struct gate_view *v, const struct capacity_meta
 	uint32_t n = 0;
 	bool found = want == NULL;
 
-	if (!v || !org || !cs || !n_out || (v->n_agents && !agent_running) || (n_meta && !meta))
+	if (!v || !org || !cs || !n_out || !agent_running || (n_meta && !meta))
 		return -EINVAL;
 	for (uint32_t i = 0; i < v->n_agents; i++)
 		agent_running[i] = v->agents[i].running;
@@ -88,7 +104,8 @@ int gate_capacity_snapshot(const struct gate_view *v, const struct capacity_meta
 		.n_agents = v->n_agents,
 	};
 	for (uint32_t i = 0; i < v->n_campaigns; i++, n++) {
-		if (fill_campaign(v, &v->campaigns[i], meta, n_meta, &cs[n]) < 0)
+		if (fill_campaign(v, &v->campaigns[i], meta, n_meta, org, agent_running, n,
+				  &cs[n]) < 0)
 			return -EINVAL;
 		if (want && cs[n].id && strcmp(cs[n].id, want) == 0)
 			found = true;
@@ -114,7 +131,7 @@ int gate_capacity_open(struct gate_capacity *gc, const struct gate_view *v,
 		return -EINVAL;
 	memset(gc, 0, sizeof(*gc));
 	nc = (size_t)v->n_campaigns + 1;
-	na = v->n_agents ? v->n_agents : 1;
+	na = (size_t)v->n_agents + v->n_campaigns + 1; /* + the agents the view lists no call for */
 	gc->cs = calloc(nc, sizeof(*gc->cs));
 	gc->agent_running = calloc(na, sizeof(*gc->agent_running));
 	gc->work = calloc(na, sizeof(*gc->work));

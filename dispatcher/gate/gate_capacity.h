@@ -21,8 +21,9 @@
  * cs[].id points into v). meta[0..n_meta) is sorted by id (bytewise) and may be empty. When want
  * (may be NULL) names a campaign the view does not list, it is appended with zero counts,
  * inactive (reading V2), so cs needs v->n_campaigns + 1 entries and agent_running
- * v->n_agents. *n_out is the number of entries written. Returns 0 or -EINVAL (NULL arguments, an
- * agent the view does not list). */
+ * v->n_agents + v->n_campaigns entries: a campaign's agent the view lists no call for (a fresh
+ * organisation's) is appended with none running. *n_out is the number of entries written.
+ * Returns 0 or -EINVAL (NULL arguments). */
 int gate_capacity_snapshot(const struct gate_view *v, const struct capacity_meta *meta,
 			   uint32_t n_meta, const char *want, struct capacity_org *org,
 			   struct capacity_campaign *cs, uint32_t *agent_running, uint32_t *n_out);

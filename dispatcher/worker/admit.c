@@ -301,6 +301,31 @@ void admit_wake_org(struct sorg *o)
 	}
 }
 
+/* A campaign entered 'active' and the claim brought its contacts (select.c): the waiting
+ * admissions try again now with the current candidates, so that, refused, they wait under it
+ * too (gate_admit.lua registers a waiter refused again under its latest candidates, with its
+ * record, its since and its wake channel unchanged: no second registration). Before, they
+ * stayed registered under the campaigns of their first refusal, and a freed line woke none of
+ * them while those were at their floors. Those in flight try again when refused (woken). */
+void admit_repropose(struct sorg *o)
+{
+	struct list_node *p, *t;
+
+	list_for_each_safe (p, t, &o->admits) {
+		struct sadmit *a = list_entry(p, struct sadmit, node);
+		if (a->st == SA_INFLIGHT) {
+			a->woken = true;
+			continue;
+		}
+		if (a->st != SA_WAITING)
+			continue;
+		a->st = SA_IDLE;
+		admit_launch(a);
+		if (a->st == SA_IDLE) /* nothing sent (no candidate, mode): withdrawn, as a wake */
+			admit_free(a, true);
+	}
+}
+
 /* The oldest contact of cp that no admission offers, or NULL. */
 static struct scontact *free_contact(struct scamp *cp)
 {

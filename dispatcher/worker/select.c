@@ -337,12 +337,42 @@ static void recheck_org(struct sorg *o)
 
 /* ---- claim ---- */
 
+/* A claim answered while campaigns that entered 'active' are noted (select_dispatch_notify()):
+ * when it brought contacts of one of them, the org's waiting admissions are re-proposed with
+ * the new candidates (admit_repropose()), once per noted campaign. */
+static void activated_claimed(struct sorg *o, const struct claim_contact *rows, uint32_t n,
+			      bool fresh)
+{
+	bool hit = false;
+
+	if (now_ms(o->s) >= o->activated_until) {
+		o->n_activated = 0;
+		o->activated_any = false;
+		return;
+	}
+	if (o->activated_any && fresh) {
+		o->activated_any = false;
+		o->n_activated = 0;
+		hit = true;
+	}
+	for (uint32_t i = 0; i < n && o->n_activated; i++)
+		for (uint32_t k = 0; k < o->n_activated; k++)
+			if (strcmp(o->activated[k].camp, rows[i].campaign) == 0) {
+				o->activated[k] = o->activated[--o->n_activated];
+				hit = true;
+				break;
+			}
+	if (hit)
+		admit_repropose(o);
+}
+
 static void take_cb(struct claim *cl, int status, const struct claim_contact *rows, uint32_t n,
 		    void *data)
 {
 	struct sorg *o = data;
 	struct select *s = o->s;
 	uint64_t now = now_ms(s);
+	bool fresh = false; /* rows of a campaign that had none claimed (activated_any) */
 
 	(void)cl;
 	o->claiming = false;
@@ -373,6 +403,7 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 			continue;
 		}
 		cp->got++;
+		fresh |= cp->n == 0;
 		c->camp = cp;
 		c->id = rows[i].id;
 		c->token = rows[i].lease_token;
@@ -401,6 +432,8 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 		cp->got = 0;
 	}
 	o->n_asked = 0;
+	if (o->n_activated || o->activated_any)
+		activated_claimed(o, rows, n, fresh);
 	sel_pump(o);
 	sel_maybe_drained(s);
 }
@@ -639,11 +672,40 @@ void select_org_freed(struct select *s, const char *org)
 	}
 }
 
+/* "+<org> <campaign>" (migration 0016): the campaign, or one of its batches, entered 'active'. */
+static int dispatch_activated(struct select *s, const char *payload)
+{
+	char org[SEL_ID], camp[SEL_ID];
+
+	if (sscanf(payload, "%64s %64s", org, camp) != 2)
+		return -EINVAL;
+	struct sorg *o = org_get(s, org, false);
+	if (!o || s->draining || s->closing)
+		return 0; /* no admission here: new contacts get new ones */
+	s->st.notified++;
+	struct scamp *cp = camp_find(o, camp);
+	if (cp && cp->n) { /* its contacts are here already (claimed before this arrived) */
+		admit_repropose(o);
+		return 0;
+	}
+	o->activated_until = now_ms(s) + s->o.slot_wait_ms;
+	for (uint32_t k = 0; k < o->n_activated; k++)
+		if (strcmp(o->activated[k].camp, camp) == 0)
+			return 0;
+	if (o->n_activated < SEL_RECHECK_MAX)
+		snprintf(o->activated[o->n_activated++].camp, SEL_ID, "%s", camp);
+	else
+		o->activated_any = true;
+	return 0;
+}
+
 int select_dispatch_notify(struct select *s, const char *payload)
 {
 	char org[SEL_ID], camp[SEL_ID], batch[SEL_ID] = "";
 	int n;
 
+	if (payload && payload[0] == '+')
+		return dispatch_activated(s, payload + 1);
 	if (!payload || (n = sscanf(payload, "%64s %64s %64s", org, camp, batch)) < 2)
 		return -EINVAL;
 	struct sorg *o = org_get(s, org, false);

@@ -62,7 +62,7 @@ struct select_stats {
 	uint64_t claims;      /* claim statements completed */
 	uint64_t claimed;     /* contacts claimed */
 	uint64_t handed_back; /* contacts sent back (slot wait, drain, stop / pause) */
-	uint64_t notified;    /* stop / pause notifications that named a known org */
+	uint64_t notified;    /* stop / pause / resume notifications that named a known org */
 	uint64_t admissions;  /* admissions sent (either mode) */
 	uint64_t admitted;    /* calls admitted and written */
 	uint64_t refused;     /* admissions refused */
@@ -108,7 +108,13 @@ void select_org_freed(struct select *s, const char *org);
  * the batch's and campaign's status); those of the claim in flight go back when it answers;
  * those in an admission in flight are refused by the call-row write (lease lost) and handed back
  * then (admit.c). A lost notification (connection down) leaves them to that refusal and to the
- * slot wait. Returns 0, or -EINVAL for a payload that names nothing. */
+ * slot wait.
+ * Resume (migration 0016): a batch or a campaign entering 'active' (resumed, or a new active
+ * batch) NOTIFYs "+<org> <campaign>". The org's waiting admissions were refused under other
+ * campaigns and the gate wakes a waiter only under the campaigns it waits under: once a claim
+ * brings contacts of that campaign (at once when some are claimed already) they are re-proposed
+ * with the current candidates, and refused they wait under it too (admit.c, admit_repropose()).
+ * Noted for one slot wait. Returns 0, or -EINVAL for a payload that names nothing. */
 #define SELECT_CHANNEL_DISPATCH "dsp_dispatch"
 int select_dispatch_notify(struct select *s, const char *payload);
 

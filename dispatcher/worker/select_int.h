@@ -92,6 +92,16 @@ struct sorg {
 	} recheck[SEL_RECHECK_MAX];
 	uint32_t n_recheck;
 	bool recheck_all;
+	/* Campaigns that entered 'active' (select_dispatch_notify(), "+" payloads) until a claim
+	 * brings one of their contacts: then the org's waiting admissions are re-proposed
+	 * (admit_repropose()). Forgotten at activated_until (one slot wait after the last). More
+	 * than fit: any campaign the claim brings with none claimed before (activated_any). */
+	struct {
+		char camp[SEL_ID];
+	} activated[SEL_RECHECK_MAX];
+	uint32_t n_activated;
+	bool activated_any;
+	uint64_t activated_until;
 	bool revoked;	   /* some reserved contact is marked revoked */
 	uint64_t retry_at; /* no admission before (after an error) */
 };
@@ -122,5 +132,6 @@ void sel_hand_back_revoked(struct sorg *o);
 void admit_launch(struct sadmit *a);
 void admit_free(struct sadmit *a, bool unwait);
 void admit_wake_org(struct sorg *o);
+void admit_repropose(struct sorg *o);
 
 #endif

@@ -1,6 +1,7 @@
 /* The worker's metric families and the /metrics scrape (wmetrics.h). */
 #include "wmetrics.h"
 
+#include "api.h"
 #include "dial.h"
 #include "gate.h"
 #include "gate_mode.h"
@@ -248,12 +249,44 @@ static void c_read_complete(struct metrics_out *o, void *data)
 
 /* ---- the families, in the order rendered ---- */
 
+/* --- issue10-f1: the API's key checks and buffered bodies (api_get_stats) --- */
+static void c_api_auth(struct metrics_out *o, void *data)
+{
+	struct wmetrics *m = data;
+	struct api *a = worker_api(m->w);
+	struct api_stats st;
+
+	if (!a)
+		return;
+	api_get_stats(a, &st);
+	metrics_emit_u64(o, (const char *[]){ "cache_hit" }, st.key_cache_hits);
+	metrics_emit_u64(o, (const char *[]){ "lookup" }, st.key_lookups);
+	metrics_emit_u64(o, (const char *[]){ "negative_hit" }, st.key_negative_hits);
+	metrics_emit_u64(o, (const char *[]){ "unauthorized" }, st.unauthorized);
+	metrics_emit_u64(o, (const char *[]){ "lookup_failed" }, st.unavailable);
+	metrics_emit_u64(o, (const char *[]){ "lookup_refused" }, st.lookups_refused);
+}
+
+static void c_api_bodies(struct metrics_out *o, void *data)
+{
+	struct wmetrics *m = data;
+	struct api *a = worker_api(m->w);
+	struct api_stats st;
+
+	if (!a)
+		return;
+	api_get_stats(a, &st);
+	metrics_emit_u64(o, NULL, st.bodies_refused);
+}
+/* --- end issue10-f1 --- */
+
 static const char *const
 	l_level[] = { "level" },
 	*const l_class[] = { "class" }, *const l_state[] = { "state" },
 	*const l_action[] = { "action" }, *const l_mode[] = { "mode" }, *const l_org[] = { "org" },
 	*const l_camp[] = { "org", "campaign" }, *const l_agent[] = { "org", "agent" },
-	*const l_http[] = { "listener", "route", "status" }, *const l_bucket[] = { "bucket" };
+	*const l_http[] = { "listener", "route", "status" }, *const l_bucket[] = { "bucket" },
+	*const l_result[] = { "result" }; /* issue10-f1 */
 
 #define FAM(n, h, t, l, nl, cb)                                                                    \
 	{                                                                                          \
@@ -322,6 +355,20 @@ static const struct metrics_desc families[] = {
 	    "HTTP responses, by listener, route pattern (\"unmatched\" when no route matched) and "
 	    "status.",
 	    METRICS_COUNTER, l_http, 3, NULL),
+	/* --- issue10-f1 --- */
+	FAM("dispatcher_api_auth_total",
+	    "API key checks, by result: cache_hit, lookup (a PostgreSQL query), negative_hit (a "
+	    "hash "
+	    "found unknown within the last 2 s: 401 without a query), unauthorized (every 401), "
+	    "lookup_failed and lookup_refused (503s: the database failed, too many lookups in "
+	    "flight).",
+	    METRICS_COUNTER, l_result, 1, c_api_auth),
+	FAM("dispatcher_api_bodies_refused_total",
+	    "API requests answered 503 because their body would have crossed the budget of "
+	    "buffered "
+	    "bodies.",
+	    METRICS_COUNTER, NULL, 0, c_api_bodies),
+	/* --- end issue10-f1 --- */
 	FAM("dispatcher_ratelimit_refused_total",
 	    "Requests the API rate limiter answered 429, by bucket.", METRICS_COUNTER, l_bucket, 1,
 	    NULL),

@@ -25,6 +25,7 @@
 #include "select.h"
 #include "sweep.h"
 #include "wmetrics.h"
+#include "wstatus.h" /* issue10-status */
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -70,6 +71,7 @@ struct worker {
 	struct http_server *http;
 	struct api *api;	      /* the /v2 and /api routes; NULL in role worker */
 	struct api_dialer api_dialer; /* issue10-calls: POST /v2/calls -> direct (below) */
+	struct redis_conn *rl_conn;   /* issue10-f1: the API rate limiter's own connection */
 	uv_timer_t end_timer;	      /* closes call_end once the turn's requests are flushed */
 	unsigned parts;		      /* events / sweep closes not answered yet */
 	bool final;		      /* close_all() ran: close call_end once parts is 0 */
@@ -93,7 +95,8 @@ struct worker {
 	struct operator* op;	  /* DISPATCHER_OPERATOR_LISTEN; NULL: off or not bound */
 	char op_host[256];
 	int op_port;
-	/* --- end operator listener --- */
+	struct wstatus *status; /* issue10-status: GET /status, /status.json and their samples */
+				/* --- end operator listener --- */
 };
 
 /* ---- events forwarded to the gate mode controller and the hand-off ---- */
@@ -523,6 +526,8 @@ static size_t operator_routes(struct worker *w, struct http_route *r, size_t max
 	const struct http_route routes[] = {
 		{ "GET", "/metrics", 0, wmetrics_handler, w->metrics, false },
 		{ "GET", "/healthz", 0, healthz, w, false },
+		{ "GET", "/status", 0, wstatus_page, w->status, false },      /* issue10-status */
+		{ "GET", "/status.json", 0, wstatus_json, w->status, false }, /* issue10-status */
 	};
 	size_t n = sizeof(routes) / sizeof(routes[0]);
 
@@ -567,6 +572,7 @@ static void operator_start(struct worker *w)
 	}
 	log_info(LOG_MAIN, "operator listener on %s:%d%s", w->op_host, operator_port(w->op),
 		 w->o.admin_token && w->o.admin_token[0] ? " (admin token required)" : "");
+	wstatus_start(w->status); /* issue10-status: the chart's samples, only with a listener */
 }
 
 static int parse_operator_listen(struct worker *w)
@@ -610,6 +616,13 @@ struct wmetrics *worker_metrics(struct worker *w)
 {
 	return w->metrics;
 }
+
+/* --- issue10-f1 --- */
+struct api *worker_api(struct worker *w)
+{
+	return w->api;
+}
+/* --- end issue10-f1 --- */
 
 int worker_operator_port(const struct worker *w)
 {
@@ -682,6 +695,9 @@ static void ends_closed(void *data)
 	if (w->conn)
 		redis_conn_close(w->conn, NULL, NULL);
 	w->conn = NULL;
+	if (w->rl_conn) /* issue10-f1 */
+		redis_conn_close(w->rl_conn, NULL, NULL);
+	w->rl_conn = NULL;
 	uv_close((uv_handle_t *)&w->end_timer, closed_noop);
 }
 
@@ -763,6 +779,7 @@ static void close_all(struct worker *w)
 	if (w->op) /* --- operator listener (issue 10) --- */
 		operator_close(w->op, NULL, NULL);
 	w->op = NULL;
+	wstatus_stop(w->status); /* issue10-status: the sampler's timer */
 	if (w->started) {
 		uv_close((uv_handle_t *)&w->sigterm, closed_noop);
 		uv_close((uv_handle_t *)&w->sigint, closed_noop);
@@ -1140,6 +1157,12 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 		free(w);
 		return rc;
 	}
+	if ((rc = wstatus_new(w, &w->status))) { /* issue10-status */
+		wmetrics_free(w->metrics);
+		free(w->schema_names);
+		free(w);
+		return rc;
+	}
 	uv_timer_init(loop, &w->end_timer); /* closed by close_all(), last */
 	w->end_timer.data = w;
 	if ((rc = build_connections(w)) || (rc = build_jobs(w))) {
@@ -1150,10 +1173,22 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 	*out = w;
 	/* --- the API (issue 10): dispatcher/api/api.h --- */
 	if (o->role != WORKER_ROLE_WORKER) {
+		/* issue10-f1: the rate limiter has its own Redis connection, as the gate's (same URL
+		 * and deadlines, no mode events), so a burst of API calls never queues behind or
+		 * ahead of admissions, nor makes the mode controller switch. */
+		struct redis_conn_options rlo = { .url = o->redis_url,
+						  .name = "ratelimit",
+						  .connect_timeout_ms = o->redis_connect_timeout_ms,
+						  .command_timeout_ms = o->redis_command_timeout_ms,
+						  .reconnect_min_ms = o->reconnect_min_ms,
+						  .reconnect_max_ms = o->reconnect_max_ms,
+						  .scripts = w->reg };
+		if ((rc = redis_conn_new(w->loop, &rlo, &w->rl_conn)))
+			return rc;
 		struct api_options ao = { .loop = w->loop,
 					  .pool = w->pool,
 					  .gate = w->gate,
-					  .conn = w->conn,
+					  .conn = w->rl_conn, /* issue10-f1 */
 					  .reg = w->reg,
 					  .on_limited = on_rate_limited,
 					  .on_limited_data = w };
@@ -1225,6 +1260,7 @@ int worker_start(struct worker *w)
 	uv_signal_start(&w->sigterm, on_signal, SIGTERM);
 	uv_signal_start(&w->sigint, on_signal, SIGINT);
 	if ((rc = pg_pool_start(w->pool)) || (rc = redis_conn_start(w->conn)) ||
+	    (w->rl_conn && (rc = redis_conn_start(w->rl_conn))) || /* issue10-f1 */
 	    (rc = redis_sub_start(w->sub)) || (rc = gate_mode_start(w->mode)) ||
 	    (rc = refresher_start(w->refresher)) || (rc = reconciler_start(w->reconciler)) ||
 	    (w->o.role != WORKER_ROLE_API && (rc = select_start(w->sel))))
@@ -1280,6 +1316,7 @@ void worker_free(struct worker *w)
 	api_free(w->api);
 	redis_scripts_free(w->reg);
 	wmetrics_free(w->metrics);
+	wstatus_free(w->status); /* issue10-status: after gate_free() answered its reads */
 	free(w->schema_names);
 	free(w);
 }

@@ -128,6 +128,10 @@ uv_loop_t *worker_loop(struct worker *w);
 /* The worker's metrics: the API layer counts its rate-limit refusals with
  * wmetrics_ratelimit_refused(worker_metrics(w), bucket). */
 struct wmetrics *worker_metrics(struct worker *w);
+/* --- issue10-f1: the API (its counters in /metrics); NULL for role worker --- */
+struct api;
+struct api *worker_api(struct worker *w);
+/* --- end issue10-f1 --- */
 /* The operator listener's bound port, -1 when it is off or could not bind. */
 int worker_operator_port(const struct worker *w);
 

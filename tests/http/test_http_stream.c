@@ -228,6 +228,45 @@ static void h_length(struct http_request *req, void *data)
 	http_respond(req, 200, "text/plain", out, strlen(out));
 }
 
+/* http_request_body_collect(): 401 at once unless "Authorization: ok", then the whole body is
+ * buffered and the answer is "<len> <sum>" of http_request_body(); a failed body's status is
+ * kept in f->status. */
+static void collected(struct http_request *req, int status, void *data)
+{
+	struct fixture *f = data;
+	const char *b;
+	size_t len = 0;
+	uint64_t sum = 0;
+	char out[64];
+
+	atomic_store(&f->status, status);
+	if (status < 0) {
+		CHECK(f, http_respond(req, 200, NULL, NULL, 0) == -EINVAL);
+		return;
+	}
+	b = http_request_body(req, &len);
+	CHECK(f, b[len] == '\0');
+	for (size_t i = 0; i < len; i++)
+		sum = sum * 31 + (unsigned char)b[i];
+	snprintf(out, sizeof(out), "%zu %llu", len, (unsigned long long)sum);
+	http_respond(req, 200, "text/plain", out, strlen(out));
+}
+
+static void h_collect(struct http_request *req, void *data)
+{
+	struct fixture *f = data;
+	const char *a = http_request_header(req, "Authorization");
+
+	atomic_fetch_add(&f->handed, 1);
+	if (!a || strcmp(a, "ok") != 0) {
+		http_respond_error(req, 401, "unauthorized", "No valid key.");
+		return;
+	}
+	atomic_store(&f->status, NO_STATUS);
+	CHECK(f, http_request_body_collect(req, collected, f) == 0);
+	CHECK(f, http_request_body_collect(req, collected, f) == -EINVAL); /* once */
+}
+
 /* ---- the fixture ---- */
 
 static void on_closed(struct http_server *s, void *data)
@@ -299,6 +338,8 @@ static struct fixture *start_with(uint64_t body_timeout_ms)
 		{ "POST", "/late", STREAM_MAX, h_late, f, true },
 		{ "POST", "/pausing", STREAM_MAX, h_pausing, f, true },
 		{ "POST", "/gate", STREAM_MAX, h_gate, f, true },
+		{ "POST", "/collect", 4u << 20, h_collect, f, true },
+		{ "POST", "/collect_small", SMALL_MAX, h_collect, f, true },
 	};
 
 	http_server_config_defaults(&cfg);
@@ -568,6 +609,81 @@ static void stream_413(void **state)
 	raw_response_free(&r);
 	close(fd);
 	assert_int_equal(atomic_load(&f->handed), before);
+}
+
+/* http_request_body_collect(): a stream route that answers 401 at the end of the headers
+ * (a Content-Length far above what it would buffer, no byte of the body sent) or buffers the
+ * whole body (Content-Length, chunked, 100-continue, none) for http_request_body(); a chunked
+ * body crossing max_body while collected is the server's 413, the collector told -EMSGSIZE. */
+static void stream_collect(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char head[256], chunk[600], want[64];
+	uint64_t sum;
+	size_t len = 3 * 1000 * 1000 + 5;
+	char *body = pattern(len, &sum);
+	unsigned long long st[3];
+	int fd = conn(f);
+
+	/* No key: 401 with no body sent, and the connection still serves the next request. */
+	send_str(fd, "POST /collect HTTP/1.1\r\nHost: t\r\nContent-Length: 4000000\r\n\r\n");
+	expect_status(fd, 401, &r);
+	raw_response_free(&r);
+	close(fd);
+
+	fd = conn(f);
+	snprintf(head, sizeof(head),
+		 "POST /collect HTTP/1.1\r\nHost: t\r\nAuthorization: ok\r\n"
+		 "Content-Length: %zu\r\n\r\n",
+		 len);
+	send_str(fd, head);
+	assert_int_equal(raw_send(fd, body, len), 0);
+	expect_status(fd, 200, &r);
+	expect_count(&r, len, sum);
+	raw_response_free(&r);
+	assert_int_equal(atomic_load(&f->status), 0);
+	server_stats(f, st);
+	assert_true(st[0] >= len); /* the body was held, and counted */
+
+	/* Chunked, then 100-continue, then no body. */
+	send_str(fd, "POST /collect HTTP/1.1\r\nHost: t\r\nAuthorization: ok\r\n"
+		     "Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n3;x=y\r\nabc\r\n0\r\n\r\n");
+	expect_status(fd, 200, &r);
+	sum = 0;
+	for (const char *p = "helloabc"; *p; p++)
+		sum = sum * 31 + (unsigned char)*p;
+	snprintf(want, sizeof(want), "8 %llu", (unsigned long long)sum);
+	assert_string_equal(r.body, want);
+	raw_response_free(&r);
+	send_str(fd, "POST /collect HTTP/1.1\r\nHost: t\r\nAuthorization: ok\r\n"
+		     "Expect: 100-continue\r\nContent-Length: 1\r\n\r\n");
+	expect_status(fd, 100, &r);
+	raw_response_free(&r);
+	send_str(fd, "x");
+	expect_status(fd, 200, &r);
+	raw_response_free(&r);
+	send_str(fd, "POST /collect HTTP/1.1\r\nHost: t\r\nAuthorization: ok\r\n\r\n");
+	expect_status(fd, 200, &r);
+	assert_string_equal(r.body, "0 0");
+	raw_response_free(&r);
+	close(fd);
+
+	/* Over max_body while collecting (chunked): 413 by the server, -EMSGSIZE to the
+	 * collector. */
+	memset(chunk, 'x', sizeof(chunk));
+	fd = conn(f);
+	send_str(fd, "POST /collect_small HTTP/1.1\r\nHost: t\r\nAuthorization: ok\r\n"
+		     "Transfer-Encoding: chunked\r\n\r\n258\r\n");
+	assert_int_equal(raw_send(fd, chunk, 600), 0);
+	send_str(fd, "\r\n258\r\n");
+	assert_int_equal(raw_send(fd, chunk, 600), 0);
+	expect_status(fd, 413, &r);
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(fd));
+	close(fd);
+	assert_int_equal(wait_status(f), -EMSGSIZE);
+	free(body);
 }
 
 /* An answer before the body is read: the rest is dropped and the next request answered. */
@@ -869,6 +985,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(stream_content_length, setup, teardown),
 		cmocka_unit_test_setup_teardown(stream_chunked, setup, teardown),
 		cmocka_unit_test_setup_teardown(stream_413, setup, teardown),
+		cmocka_unit_test_setup_teardown(stream_collect, setup_long, teardown),
 		cmocka_unit_test_setup_teardown(stream_early_answer_keeps_pipeline, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(stream_early_answer_closes, setup, teardown),

@@ -12,7 +12,23 @@
  *  - rate_limited_then_fail_open: an organisation's own limit (3 a minute) over two keys: the
  *    fourth request answers the source document's 429 body with Retry-After and Remaining 0;
  *    with Redis stopped the request is allowed and Remaining shows the full limit.
+ *  - key_before_body: POST /v2/batches and /v2/calls with a huge Content-Length and no key get
+ *    their 401 without sending any body; a keyed one reads its body; the budget of buffered
+ *    bodies (256 MiB) answers 503 Retry-After: 1 (with X-RateLimit-*) while a 200 MB body is
+ *    being received, and lets bodies in again once that client has gone.
+ *  - unknown_key_negative_cache: one unknown key repeated costs one lookup per 2 s
+ *    (dispatcher_api_auth_total on /metrics); a key created after a failed attempt works
+ *    within 2 s.
+ *  - key_lookup_cap: with api_keys locked, 64 lookups in flight; the 65th unknown key answers
+ *    503 with Retry-After: 1 (never 401) at once; all 64 get their 401 once unlocked.
+ *  - user_me_postgres_mode: with Redis stopped and the fleet switched to postgres mode,
+ *    concurrency.current is the call rows' count of every state holding a slot (dialing,
+ *    live, unknown).
+ *  - limiter_own_connection: the rate limiter's EVALSHA goes over its own Redis connection
+ *    (CLIENT LIST: name=ratelimit, last command evalsha), not the gate's.
  */
+#include <sys/un.h>
+#include <poll.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -268,6 +284,337 @@ static void rate_limited_then_fail_open(void **state)
 	api_worker_stop(&w1);
 }
 
+#define TOKEN "op-token-f1"
+
+/* Starts w1 with its operator listener (for /metrics); returns the operator port. */
+static int start_with_metrics(const char *id)
+{
+	char env[64];
+	int op = api_free_port();
+
+	snprintf(env, sizeof(env), "127.0.0.1:%d", op);
+	setenv("DISPATCHER_OPERATOR_LISTEN", env, 1);
+	setenv("DISPATCHER_ADMIN_TOKEN", TOKEN, 1);
+	api_worker_start(&w1, id);
+	unsetenv("DISPATCHER_OPERATOR_LISTEN");
+	return op;
+}
+
+/* The value of series on the operator listener's /metrics (-1 when absent). */
+static double metric(int op, const char *series)
+{
+	struct raw_response r;
+	size_t n = strlen(series);
+	double v = -1;
+	int fd = raw_connect(op, API_WAIT_MS);
+
+	assert_true(fd >= 0);
+	assert_int_equal(raw_send_str(fd, "GET /metrics HTTP/1.1\r\nHost: t\r\nAuthorization: "
+					  "Bearer " TOKEN "\r\nConnection: close\r\n\r\n"),
+			 0);
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	close(fd);
+	assert_int_equal(r.status, 200);
+	for (const char *p = r.body; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		if (strncmp(p, series, n) == 0 && p[n] == ' ')
+			v = strtod(p + n + 1, NULL);
+	raw_response_free(&r);
+	return v;
+}
+
+#define LOOKUPS "dispatcher_api_auth_total{result=\"lookup\"}"
+
+/* Waits (deadline 10 s) until fd has something to read: an answer that does not wait for a
+ * body the client never sends. */
+static void answer_within(int fd, struct raw_response *r, int status)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	assert_int_equal(poll(&p, 1, 10000), 1);
+	assert_int_equal(raw_read_response(fd, r), 0);
+	assert_int_equal(r->status, status);
+}
+
+static void key_before_body(void **state)
+{
+	char key[APIKEY_LEN + 1], head[512], v[64];
+	struct raw_response r;
+	int fd, st;
+
+	(void)state;
+	api_make_org(db, "org-b", 5, NULL);
+	api_make_key(db, "org-b", "k", key, NULL);
+	api_worker_start(&w1, "api-b");
+
+	/* No key: 401 at once, with not a byte of the 200 MB (or 4 KB) body sent. */
+	const char *paths[] = { "/v2/batches", "/v2/calls" };
+	const char *lens[] = { "200000000", "4000" };
+	for (int i = 0; i < 2; i++) {
+		fd = raw_connect(w1.port, API_WAIT_MS);
+		snprintf(head, sizeof(head),
+			 "POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+			 "Content-Length: %s\r\n\r\n",
+			 paths[i], lens[i]);
+		assert_int_equal(raw_send_str(fd, head), 0);
+		answer_within(fd, &r, 401);
+		assert_null(raw_header(&r, "X-RateLimit-Limit", v, sizeof(v)));
+		raw_response_free(&r);
+		close(fd);
+	}
+	/* A keyed request's body is read and reaches the handler (its JSON is checked). */
+	assert_int_equal(api_request(w1.port, "POST", "/v2/calls", key, NULL, "{\"agent_id\":", &r),
+			 400);
+	assert_non_null(strstr(r.body, "invalid_json"));
+	assert_non_null(raw_header(&r, "X-RateLimit-Limit", v, sizeof(v)));
+	raw_response_free(&r);
+
+	/* The budget: a keyed 200 MB body being received (100 Continue: it is being read) leaves
+	 * no room for another 100 MB one. */
+	int big = raw_connect(w1.port, API_WAIT_MS);
+	snprintf(head, sizeof(head),
+		 "POST /v2/batches HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
+		 "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+		 "Content-Length: 200000000\r\n\r\n",
+		 key);
+	assert_int_equal(raw_send_str(big, head), 0);
+	answer_within(big, &r, 100);
+	raw_response_free(&r);
+	fd = raw_connect(w1.port, API_WAIT_MS);
+	snprintf(head, sizeof(head),
+		 "POST /v2/batches HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
+		 "Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n",
+		 key);
+	assert_int_equal(raw_send_str(fd, head), 0);
+	answer_within(fd, &r, 503);
+	assert_non_null(raw_header(&r, "Retry-After", v, sizeof(v)));
+	assert_string_equal(v, "1");
+	assert_non_null(raw_header(&r, "X-RateLimit-Limit", v, sizeof(v)));
+	print_message("budget 503: %s\n", r.body);
+	raw_response_free(&r);
+	close(fd);
+	/* The big one's client goes: its reservation is released (seen once the server has read
+	 * the close: polled). */
+	close(big);
+	long long deadline = fixture_now_ms() + API_WAIT_MS;
+	do {
+		st = api_request(w1.port, "POST", "/v2/batches", key, NULL, "{}", &r);
+		if (st != 503)
+			break;
+		raw_response_free(&r);
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(20);
+	} while (1);
+	assert_true(st != 401 && st != 429);
+	assert_non_null(raw_header(&r, "X-RateLimit-Limit", v, sizeof(v)));
+	raw_response_free(&r);
+	api_worker_stop(&w1);
+}
+
+/* Inserts key (made by apikey_generate()) for org. */
+static void insert_key(const char *org, const char *key)
+{
+	unsigned char h[APIKEY_HASH_LEN];
+	char hex[2 * APIKEY_HASH_LEN + 1], prev[APIKEY_PREVIEW_SIZE];
+
+	assert_int_equal(apikey_hash(key, APIKEY_LEN, h), 0);
+	for (int i = 0; i < APIKEY_HASH_LEN; i++)
+		snprintf(hex + 2 * i, 3, "%02x", h[i]);
+	apikey_preview(key, prev);
+	PQclear(api_sql(db,
+			"INSERT INTO api_keys (org_id, name, key_hash, key_preview) VALUES "
+			"('%s', 'late', decode('%s', 'hex'), '%s')",
+			org, hex, prev));
+}
+
+static void unknown_key_negative_cache(void **state)
+{
+	char unknown[APIKEY_LEN + 1];
+	struct raw_response r;
+
+	(void)state;
+	api_make_org(db, "org-n", 5, NULL);
+	assert_int_equal(apikey_generate(unknown), 0);
+	int op = start_with_metrics("api-n");
+	double base = metric(op, LOOKUPS);
+	assert_true(base >= 0);
+
+	long long t0 = fixture_now_ms();
+	for (int i = 0; i < 50; i++) {
+		assert_int_equal(
+			api_request(w1.port, "GET", "/v2/user/me", unknown, NULL, NULL, &r), 401);
+		raw_response_free(&r);
+	}
+	long long elapsed = fixture_now_ms() - t0;
+	double lookups = metric(op, LOOKUPS) - base;
+	print_message("50 requests with one unknown key in %lld ms: %.0f lookups\n", elapsed,
+		      lookups);
+	/* One per neg_cache_ms (2 s) at most, however slow the machine is. */
+	assert_true(lookups >= 1 && lookups <= 1 + elapsed / 2000);
+
+	/* Created after a failed attempt: accepted once the 2 s have passed (polled). */
+	insert_key("org-n", unknown);
+	long long t1 = fixture_now_ms();
+	int st;
+	while ((st = api_request(w1.port, "GET", "/v2/user/me", unknown, NULL, NULL, &r)) == 401) {
+		raw_response_free(&r);
+		assert_true(fixture_now_ms() - t1 < 10000);
+		fixture_sleep_ms(50);
+	}
+	assert_int_equal(st, 200);
+	raw_response_free(&r);
+	print_message("a key created after a failed attempt accepted after %lld ms\n",
+		      fixture_now_ms() - t1);
+	api_worker_stop(&w1);
+}
+
+#define LOOKUPS_MAX 64
+
+static void key_lookup_cap(void **state)
+{
+	char key[APIKEY_LEN + 1], head[256], v[64];
+	int fds[LOOKUPS_MAX];
+	struct raw_response r;
+
+	(void)state;
+	setenv("DISPATCHER_PG_QUERY_TIMEOUT_MS", "120000", 1); /* the lock is held a while */
+	int op = start_with_metrics("api-cap");
+	unsetenv("DISPATCHER_PG_QUERY_TIMEOUT_MS");
+	double base = metric(op, LOOKUPS);
+	PGconn *locker = fixture_pg(&svc);
+	PQclear(api_sql(locker, "BEGIN"));
+	PQclear(api_sql(locker, "LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE"));
+
+	/* 64 unknown keys whose lookups wait on the lock, each seen started before the next. */
+	for (int i = 0; i < LOOKUPS_MAX; i++) {
+		assert_int_equal(apikey_generate(key), 0);
+		fds[i] = raw_connect(w1.port, API_WAIT_MS);
+		snprintf(head, sizeof(head),
+			 "GET /v2/user/me HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
+			 "Connection: close\r\n\r\n",
+			 key);
+		assert_int_equal(raw_send_str(fds[i], head), 0);
+		long long deadline = fixture_now_ms() + API_WAIT_MS;
+		while (metric(op, LOOKUPS) < base + i + 1) {
+			assert_true(fixture_now_ms() < deadline);
+			fixture_sleep_ms(5);
+		}
+	}
+	/* The 65th: 503 at once, not 401, no lookup. */
+	assert_int_equal(apikey_generate(key), 0);
+	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 503);
+	assert_non_null(raw_header(&r, "Retry-After", v, sizeof(v)));
+	assert_string_equal(v, "1");
+	assert_null(raw_header(&r, "X-RateLimit-Limit", v, sizeof(v)));
+	print_message("lookup cap 503: %s\n", r.body);
+	raw_response_free(&r);
+	assert_true(metric(op, LOOKUPS) == base + LOOKUPS_MAX);
+	assert_true(metric(op, "dispatcher_api_auth_total{result=\"lookup_refused\"}") == 1);
+
+	PQclear(api_sql(locker, "COMMIT"));
+	PQfinish(locker);
+	for (int i = 0; i < LOOKUPS_MAX; i++) {
+		assert_int_equal(raw_read_response(fds[i], &r), 0);
+		assert_int_equal(r.status, 401);
+		raw_response_free(&r);
+		close(fds[i]);
+	}
+	api_worker_stop(&w1);
+}
+
+/* CLIENT LIST from the fixture's Redis (unix socket, inline command); free() the text. */
+static char *redis_client_list(void)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap);
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	assert_true(strncmp(svc.redis_url, "unix://", 7) == 0);
+	assert_true(strlen(svc.redis_url + 7) < sizeof(a.sun_path));
+	memcpy(a.sun_path, svc.redis_url + 7, strlen(svc.redis_url + 7));
+	assert_int_equal(connect(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(write(fd, "CLIENT LIST\r\n", 13), 13);
+	for (;;) { /* "$<n>\r\n<n bytes>\r\n" */
+		ssize_t n = read(fd, buf + len, cap - len - 1);
+		assert_true(n > 0);
+		len += (size_t)n;
+		buf[len] = 0;
+		char *nl = strstr(buf, "\r\n");
+		if (nl && buf[0] == '$' && len >= (size_t)(nl - buf) + 2 + atol(buf + 1) + 2)
+			break;
+	}
+	close(fd);
+	return buf;
+}
+
+static void limiter_own_connection(void **state)
+{
+	char key[APIKEY_LEN + 1];
+	struct raw_response r;
+
+	(void)state;
+	api_make_org(db, "org-l", 5, NULL);
+	api_make_key(db, "org-l", "k", key, NULL);
+	api_worker_start(&w1, "api-l");
+	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+	raw_response_free(&r);
+	char *list = redis_client_list();
+	const char *line = strstr(list, "name=ratelimit ");
+	if (!line)
+		fail_msg("no ratelimit connection in CLIENT LIST:\n%s", list);
+	const char *cmd = strstr(line, " cmd=");
+	assert_non_null(cmd);
+	assert_int_equal(strncmp(cmd, " cmd=evalsha ", 13), 0);
+	free(list);
+	api_worker_stop(&w1);
+}
+
+static void user_me_postgres_mode(void **state)
+{
+	char key[APIKEY_LEN + 1];
+	struct raw_response r;
+	const char *states[] = { "dialing", "live", "unknown" };
+
+	(void)state;
+	api_make_org(db, "org-p", 5, "cmp-p", NULL);
+	api_make_key(db, "org-p", "k", key, NULL);
+	for (int i = 0; i < 3; i++)
+		PQclear(api_sql(
+			db,
+			"INSERT INTO calls (id, org_id, campaign_id, agent_id, to_number, state,"
+			" gate_mode, gate_epoch, created_at) VALUES (gen_random_uuid(), "
+			"'org-p', 'cmp-p', 'org-p-agent', '+1555000000%d', '%s', 'redis', "
+			"(SELECT gate_epoch FROM system_settings), now())",
+			i, states[i]));
+	PQclear(api_sql(db,
+			"INSERT INTO calls (id, org_id, campaign_id, agent_id, to_number, state,"
+			" outcome, gate_mode, gate_epoch, created_at, ended_at) VALUES"
+			" (gen_random_uuid(), 'org-p', 'cmp-p', 'org-p-agent', '+15550000009',"
+			" 'ended', 'completed', 'redis', 1, now(), now())"));
+	api_worker_start(&w1, "api-p");
+	assert_int_equal(embedded_redis_stop(&svc), 0);
+	long long deadline = fixture_now_ms() + API_WAIT_MS;
+	for (;;) { /* the switch to postgres mode, as the workers record it */
+		PGresult *m = api_sql(db, "SELECT gate_mode FROM system_settings");
+		bool pg = strcmp(PQgetvalue(m, 0, 0), "postgres") == 0;
+		PQclear(m);
+		if (pg)
+			break;
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(100);
+	}
+	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
+	cJSON *j = api_body(&r);
+	char *conc = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "concurrency"));
+	print_message("postgres mode: concurrency %s\n", conc);
+	free(conc);
+	assert_int_equal((int)api_num(j, "concurrency.current"), 3);
+	cJSON_Delete(j);
+	raw_response_free(&r);
+	assert_int_equal(embedded_redis_start(&svc), 0);
+	api_worker_stop(&w1);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -294,6 +641,11 @@ int main(void)
 		cmocka_unit_test(revoked_on_every_node),
 		cmocka_unit_test(role_worker_has_no_api),
 		cmocka_unit_test(rate_limited_then_fail_open),
+		cmocka_unit_test(key_before_body),
+		cmocka_unit_test(unknown_key_negative_cache),
+		cmocka_unit_test(key_lookup_cap),
+		cmocka_unit_test(limiter_own_connection),
+		cmocka_unit_test(user_me_postgres_mode),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -9,7 +9,10 @@
  *    its pending ones are held; the counts add up. The held calls end: b1's in-flight calls
  *    finish (done), two rounds of freed lines go to b3 only (observed through the stub). Stop
  *    b3 mid-run: its claimed contacts come back cancelled at once, nothing is dialled after.
- *    A fresh worker: resume b1, it is dialled again; stop it: every undialled contact
+ *    Before that, resume b1 while b3 holds both lines and the worker's two admissions wait
+ *    under c3: one call ends and b1 is dialled within RESUME_MS (migration 0016's notification
+ *    re-proposes the waiters; before, b1 waited for the slot wait). Same worker throughout:
+ *    pause and resume b1 again, it is dialled again; stop it: every undialled contact
  *    cancelled, nothing dialled after. Transitions: repeats are 200 (idempotent), pause /
  *    resume of a stopped batch 409, everything on a completed batch (b4) 409. Another
  *    organisation's batch is 404 on every route, both ways; 401 without a key.
@@ -29,6 +32,9 @@
 #include "worker_proc.h"
 
 #define WAIT_MS 60000
+/* Resume to b1's first call: a few demand scans (500 ms) and refresher periods (1 s) on a
+ * loaded machine; the slot wait (120 s) is what a stall would take. */
+#define RESUME_MS 10000
 
 static struct embedded svc;
 static struct api_worker w1;
@@ -205,6 +211,38 @@ static void control_mid_run(void **state)
 	assert_int_equal((int)api_num(j, "calls.placed"), (int)b1_calls);
 	cJSON_Delete(j);
 
+	/* Resume b1 while b3 holds both lines: the worker's waiting admissions were all refused
+	 * and registered under c3 while b1 was paused. The resume's notification re-proposes
+	 * them once b1's contacts are claimed, so they wait under c1 too; when the held calls
+	 * end, b1 (below its floor) gets a freed line within a few dispatch cycles. Before, the
+	 * waiters stayed under c3 only, at its floor: a freed line woke none of them and b1
+	 * waited for the slot wait (120 s here). */
+	assert_int_equal(ctl("b1", "resume", k1, st), 200);
+	assert_string_equal(st, "active");
+	wait_sql(1, "SELECT (count(*) > 0)::int FROM contacts WHERE batch_id = 'b1'"
+		    " AND state = 'claimed'");
+	PGresult *q = api_sql(db, "SELECT id FROM calls WHERE org_id = 'o1' AND state <> 'ended'"
+				  " ORDER BY id LIMIT 1");
+	char end1[128];
+	assert_int_equal(PQntuples(q), 1);
+	snprintf(end1, sizeof(end1), "{\"idempotency_key\":\"%s\"}", PQgetvalue(q, 0, 0));
+	PQclear(q);
+	long long t0 = fixture_now_ms();
+	free(wproc_stub_http(&stub, "/control/end", end1));
+	while (calls_of("b1") == b1_calls) {
+		if (fixture_now_ms() - t0 > RESUME_MS)
+			fail_msg("resume under load: b1 not dialled within %d ms", RESUME_MS);
+		fixture_sleep_ms(20);
+	}
+	print_message("resume under load: b1 dialled %lld ms after a line freed\n",
+		      fixture_now_ms() - t0);
+	/* Pause it again for what follows: its claimed contacts back, its calls finish. */
+	assert_int_equal(ctl("b1", "pause", k1, st), 200);
+	next_round(1);
+	wait_sql(0, "SELECT count(*) FROM contacts WHERE batch_id = 'b1'"
+		    " AND state IN ('claimed', 'pending')");
+	b1_calls = calls_of("b1");
+
 	/* Stop b3 mid-run: its claimed contacts come back cancelled at once, its undialled ones
 	 * are cancelled, its calls in flight finish, nothing more is dialled. */
 	wait_sql(1, "SELECT (count(*) > 0)::int FROM contacts WHERE batch_id = 'b3'"
@@ -228,21 +266,21 @@ static void control_mid_run(void **state)
 	assert_int_equal((int)api_num(j, "progress.cancelled"), 200 - (int)b3_calls);
 	cJSON_Delete(j);
 
-	/* A fresh worker (the first one's waiters wait under c3: a campaign active again waits
-	 * for them to give up, the slot wait — worker README). Pause again: nothing changes
-	 * (200); resume: b1 is dialled again. */
-	api_worker_stop(&w1);
-	api_worker_start(&w1, "w2");
+	/* The same worker: pause again: nothing changes (200); resume: b1 is dialled again
+	 * within a few dispatch cycles, not after its waiting admissions (registered under c3
+	 * while b1 was paused) give up — the slot wait, 120 s here. */
 	assert_int_equal(ctl("b1", "pause", k1, st), 200);
 	assert_string_equal(st, "paused");
 	assert_int_equal(ctl("b1", "resume", k1, st), 200);
 	assert_string_equal(st, "active");
 	assert_int_equal(in_state("b1", "held"), 0);
-	long long t0 = fixture_now_ms();
+	t0 = fixture_now_ms();
 	while (calls_of("b1") == b1_calls) {
-		assert_true(fixture_now_ms() - t0 < WAIT_MS);
+		if (fixture_now_ms() - t0 > RESUME_MS)
+			fail_msg("resume: b1 not dialled within %d ms", RESUME_MS);
 		fixture_sleep_ms(20);
 	}
+	print_message("resume: b1 dialled again after %lld ms\n", fixture_now_ms() - t0);
 	assert_int_equal(ctl("b1", "resume", k1, st), 200); /* already active */
 	assert_string_equal(st, "active");
 

@@ -34,6 +34,7 @@ static struct embedded svc;
 static struct api_worker w;
 static PGconn *db;
 static char key_doc[APIKEY_LEN + 1], key_eta[APIKEY_LEN + 1], key_off[APIKEY_LEN + 1];
+static char key_fresh[APIKEY_LEN + 1];
 
 static const char DOC_EXAMPLE[] =
 	"{\"running_now\":7,\"effective_limit\":10,\"limited_by\":\"a fair share of the "
@@ -322,6 +323,36 @@ static void postgres_fallback(void **state)
 	assert_int_equal(embedded_redis_start(&svc), 0);
 }
 
+/* A fresh organisation (one campaign, no call, no contact): its agent holds no call, so the
+ * gate's view lists no agent; the answer is still computed (it was a 500). */
+static void fresh_org(void **state)
+{
+	long long deadline = fixture_now_ms() + API_WAIT_MS;
+	struct raw_response r;
+	cJSON *j;
+
+	(void)state;
+	for (;;) {
+		int st = capacity(key_fresh, "FR1", &j, &r);
+		if (st == 200 && strcmp(api_str(j, "source"), "gate") == 0)
+			break;
+		print_message("fresh: %d %s\n", st, r.body);
+		assert_int_not_equal(st, 500);
+		raw_response_free(&r);
+		if (st == 200)
+			cJSON_Delete(j);
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(200);
+	}
+	print_message("fresh: %s\n", r.body);
+	raw_response_free(&r);
+	assert_int_equal((int)api_num(j, "running_now"), 0);
+	assert_int_equal((int)api_num(j, "org_limit"), 20);
+	assert_int_equal((int)api_num(j, "available_now"), 20);
+	assert_int_equal((int)api_num(j, "effective_limit"), 20);
+	cJSON_Delete(j);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -357,6 +388,9 @@ static int setup(void **state)
 	backlog("org-off", "F1", 50);
 	api_make_key(db, "org-off", "off", key_off, NULL);
 
+	api_make_org(db, "org-fresh", 20, "FR1", NULL);
+	api_make_key(db, "org-fresh", "fresh", key_fresh, NULL);
+
 	setenv("DISPATCHER_ROLE", "api", 1); /* serves and refreshes; dials nothing */
 	api_worker_start(&w, "api-cap");
 	return 0;
@@ -377,6 +411,7 @@ int main(void)
 		cmocka_unit_test(source_example), cmocka_unit_test(not_found_and_unauthorized),
 		cmocka_unit_test(floor_eta),	  cmocka_unit_test(paused_and_enforcement_off),
 		cmocka_unit_test(refusals_move),  cmocka_unit_test(postgres_fallback),
+		cmocka_unit_test(fresh_org),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

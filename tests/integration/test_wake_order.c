@@ -4,7 +4,8 @@
  * below floor" report a release publishes on dsp:v1:refresh, on both of its paths, and the
  * cost cuts' fast paths (merged_paths). One process against a real Redis;
  * the markers are the scripts' replies (who was woken, refresh), the hand-off keys and, for the
- * refresh, a subscriber's count of the messages. */
+ * refresh, a subscriber's count of the messages; a batch waiter refused again re-registered
+ * under its latest candidates (reregistered_under_latest). */
 #include "fixture.h"
 #include "gate_harness.h"
 #include "redis_sub.h"
@@ -339,6 +340,63 @@ static void merged_paths(void **state)
 	genv_close(&e);
 }
 
+/* A batch waiter refused again waits under that admission's candidates (issue 10 item 4: a
+ * campaign entering 'active' makes the worker re-propose its waiters with it): its record is
+ * rewritten in place (one record, its since kept, the reply says "unchanged"), its queue entries
+ * follow, and :wc with them. A and B have floors 1 of 2 lines; A holds both and w1, w2 wait under
+ * A only. Re-proposed with B, w1 is woken by a1's release (B is short: A's waiters are not);
+ * before, w1 stayed under A and the release woke nobody. w2 re-proposed with B alone leaves A's
+ * queue and A leaves :wc. */
+static void reregistered_under_latest(void **state)
+{
+	struct gate_env e;
+	char key[128], rec[256], rec2[256];
+	int waiter = 7;
+
+	genv_open(&e, svc.redis_url, "parent", true);
+	assert_int_equal(gate_set_wake_deadline(e.g, 60000), 0);
+	genv_fresh(&e, 1000, org1);
+	assert_int_equal(genv_limits(&e, "o1", 1, 2, 0, true, "A:: B::", NULL), 0);
+	admit_fill(&e, "a1", "A");
+	admit_fill(&e, "a2", "A"); /* 2 of 2, before B's floor */
+	assert_int_equal(genv_floors(&e, "o1", 1, 600000, "A:1 B:1", NULL), 0);
+	beat(&e);
+	register_waiter(&e, "w1", "A");
+	register_waiter(&e, "w2", "A");
+	assert_true(gate_org_key("o1", "bwait", key, sizeof(key)) > 0);
+	genv_cmd(&e, rec, sizeof(rec), "HGET", key, "w1", NULL);
+	assert_int_equal(strncmp(rec, "A|", 2), 0);
+
+	assert_int_equal(admit_wait_w(&e, "w1", "A B", &waiter), GATE_REFUSED);
+	assert_int_equal(waiter, 0); /* re-registered, not registered twice */
+	assert_int_equal(key_count(&e, "HLEN", "bwait"), 2);
+	genv_cmd(&e, rec2, sizeof(rec2), "HGET", key, "w1", NULL);
+	print_message("w1: %s -> %s\n", rec, rec2);
+	assert_int_equal(strncmp(rec2, "A,B|", 4), 0);
+	assert_string_equal(rec2 + 3, rec + 1);		   /* its since and worker kept */
+	assert_int_equal(key_count(&e, "ZCARD", "wq"), 3); /* w1 under A and B, w2 under A */
+	assert_int_equal(key_count(&e, "ZCARD", "wc"), 2);
+
+	release_wakes(&e, "a1", "w1");
+	assert_int_equal(admit_wait_w(&e, "w1", "A B", &waiter), GATE_ADMITTED); /* on B */
+	assert_int_equal(waiter, -1);
+	assert_int_equal(key_count(&e, "HLEN", "bwait"), 1);
+	assert_int_equal(key_count(&e, "ZCARD", "wq"), 1);
+
+	assert_int_equal(admit_wait_w(&e, "w2", "B", &waiter), GATE_REFUSED); /* 2 of 2 again */
+	assert_int_equal(waiter, 0);
+	assert_int_equal(key_count(&e, "HLEN", "bwait"), 1);
+	assert_int_equal(key_count(&e, "ZCARD", "wq"), 1); /* under B only */
+	assert_true(gate_org_key("o1", "wc", key, sizeof(key)) > 0);
+	assert_int_equal(genv_cmd(&e, NULL, 0, "ZCARD", key, NULL), 1);
+	rec[0] = 0;
+	genv_cmd(&e, rec, sizeof(rec), "ZSCORE", key, "A", NULL);
+	assert_string_equal(rec, ""); /* A left :wc, B is in it */
+	genv_cmd(&e, rec, sizeof(rec), "ZSCORE", key, "B", NULL);
+	assert_true(rec[0] != 0);
+	genv_close(&e);
+}
+
 struct refresh_probe {
 	int o1, end;
 };
@@ -438,6 +496,7 @@ int main(void)
 		cmocka_unit_test(multi_candidate_woken_once),
 		cmocka_unit_test(refresh_on_demand_below_floor),
 		cmocka_unit_test(merged_paths),
+		cmocka_unit_test(reregistered_under_latest),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
