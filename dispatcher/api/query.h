@@ -21,8 +21,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define QUERY_VALUE_MAX	 96 /* the longest value taken, in bytes once decoded */
-#define QUERY_US_SIZE	 19 /* a cursor's microseconds: 1 to 18 digits and the NUL */
+#define QUERY_VALUE_MAX	 255 /* the longest value taken, in bytes once decoded */
+#define QUERY_US_SIZE	 19  /* a cursor's microseconds: 1 to 18 digits and the NUL */
 #define QUERY_CURSOR_MAX (QUERY_US_SIZE + IDENT_MAX + 1) /* "<µs>.<id>" and the NUL */
 
 struct query_param {

@@ -19,6 +19,7 @@
 #include "log.h"
 #include "multipart.h"
 #include "pg_pool.h"
+#include "query.h"
 
 #include <openssl/crypto.h> /* OPENSSL_cleanse */
 
@@ -916,44 +917,6 @@ static void on_body(struct http_request *req, const char *buf, size_t len, int s
 	upload_maybe_free(u);
 }
 
-/* Percent-decodes query parameter name of q into out. Returns 1 (found), 0 (absent), -EINVAL
- * (bad encoding, a NUL, or given twice) or -E2BIG. */
-static int query_param(const char *q, const char *name, char *out, size_t size)
-{
-	size_t nlen = strlen(name);
-	int found = 0;
-
-	while (q && *q) {
-		const char *amp = strchr(q, '&'), *end = amp ? amp : q + strlen(q);
-		if ((size_t)(end - q) > nlen && strncmp(q, name, nlen) == 0 && q[nlen] == '=') {
-			size_t o = 0;
-			if (found)
-				return -EINVAL;
-			found = 1;
-			for (const char *p = q + nlen + 1; p < end; p++) {
-				int ch = (unsigned char)*p;
-				if (ch == '+') {
-					ch = ' ';
-				} else if (ch == '%') {
-					unsigned v;
-					if (end - p < 3 || sscanf(p + 1, "%2x", &v) != 1 ||
-					    !strchr("0123456789abcdefABCDEF", p[1]) ||
-					    !strchr("0123456789abcdefABCDEF", p[2]) || v == 0)
-						return -EINVAL;
-					ch = (int)v;
-					p += 2;
-				}
-				if (o + 1 >= size)
-					return -E2BIG;
-				out[o++] = (char)ch;
-			}
-			out[o] = '\0';
-		}
-		q = amp ? amp + 1 : NULL;
-	}
-	return found;
-}
-
 void api_batch_upload(struct api_call *c)
 {
 	char mt[64], param[256], fname[256];
@@ -976,19 +939,21 @@ void api_batch_upload(struct api_call *c)
 	}
 	u->c = c;
 	u->multipart = multipart;
-	if ((rc = query_param(query, "campaign_id", u->campaign_id, sizeof(u->campaign_id))) < 0 ||
-	    (u->has_cid = u->cid_query = rc > 0,
-	     (rc = query_param(query, "name", u->name, sizeof(u->name))) < 0) ||
-	    (u->has_name = u->name_query = rc > 0,
-	     (rc = query_param(query, "filename", fname, sizeof(fname))) < 0)) {
+	/* The query as every route's (query.h): unknown, repeated, empty or badly encoded names
+	 * are 400 invalid_parameter naming the parameter. */
+	struct query_param qp[] = { { .name = "campaign_id" },
+				    { .name = "name" },
+				    { .name = "filename" } };
+	if (query_parse(query, qp, 3, param, sizeof(param))) {
 		free(u);
-		api_error(c, rc == -E2BIG ? 422 : 400,
-			  rc == -E2BIG ? "invalid_request" : "bad_request",
-			  rc == -E2BIG ? "a query parameter is too long"
-				       : "a query parameter is malformed (percent-encoding, a NUL) "
-					 "or given twice");
+		api_error(c, 400, "invalid_parameter", param);
 		return;
 	}
+	u->has_cid = u->cid_query = qp[0].set;
+	u->has_name = u->name_query = qp[1].set;
+	snprintf(u->campaign_id, sizeof(u->campaign_id), "%s", qp[0].value);
+	snprintf(u->name, sizeof(u->name), "%s", qp[1].value);
+	snprintf(fname, sizeof(fname), "%s", qp[2].value);
 	if (multipart) {
 		if (!multipart_param(ct, "boundary", param, sizeof(param)) ||
 		    multipart_init(&u->mp, param, &mp_cbs, u)) {
@@ -1000,7 +965,7 @@ void api_batch_upload(struct api_call *c)
 	} else {
 		const char *cd = http_request_header(c->req, "Content-Disposition");
 		bool named =
-			rc > 0 || (cd && multipart_param(cd, "filename", fname, sizeof(fname)));
+			qp[2].set || (cd && multipart_param(cd, "filename", fname, sizeof(fname)));
 		if ((named && !ends_with_csv(fname)) ||
 		    (multipart_param(ct, "charset", param, sizeof(param)) &&
 		     strcasecmp(param, "utf-8") != 0 && strcasecmp(param, "us-ascii") != 0)) {
