@@ -142,7 +142,8 @@ static void check_contact(struct batch_body *p, size_t s, size_t e, uint64_t i)
 	else if (!phone)
 		refuse(p, 422, "field contacts[%llu].phone is missing", (unsigned long long)i);
 	else if (!cJSON_IsString(phone))
-		refuse(p, 422, "field contacts[%llu].phone must be a string", (unsigned long long)i);
+		refuse(p, 422, "field contacts[%llu].phone must be a string",
+		       (unsigned long long)i);
 	else if (vars && !cJSON_IsNull(vars) && !cJSON_IsObject(vars))
 		refuse(p, 422, "field contacts[%llu].variables must be an object",
 		       (unsigned long long)i);
@@ -203,9 +204,11 @@ static void check_member(struct batch_body *p, const struct member *m)
 			refuse(p, 422, "field contacts must be an array");
 		} else {
 			p->arr_at = m->val;
-			p->arr = (struct batch_body_walk){
-				.b = b, .len = m->val_end, .pos = m->val + 1, .first = true, .close = ']'
-			};
+			p->arr = (struct batch_body_walk){ .b = b,
+							   .len = m->val_end,
+							   .pos = m->val + 1,
+							   .first = true,
+							   .close = ']' };
 			p->in_contacts = true; /* walked by batch_body_check() */
 		}
 	} else if (strcmp(key, "campaign_id") == 0) {
@@ -310,7 +313,8 @@ int batch_body_next(struct batch_body_walk *w, struct batch_body_contact *c)
 			if (memchr(c->phone, '\\', c->phone_len)) { /* escapes: decoded */
 				cJSON_Delete(c->decoded);
 				c->decoded = cJSON_ParseWithLength(b + f.val, f.val_end - f.val);
-				c->phone = cJSON_IsString(c->decoded) ? c->decoded->valuestring : "";
+				c->phone =
+					cJSON_IsString(c->decoded) ? c->decoded->valuestring : "";
 				c->phone_len = strlen(c->phone);
 			}
 		} else if (key_is(b, &f, "variables") && b[f.val] != 'n') {

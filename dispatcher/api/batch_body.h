@@ -40,8 +40,8 @@ struct batch_body_walk {
 
 /* The first pass's state and result. */
 struct batch_body {
-	int status;		      /* once over: 0 accepted, 400 or 422 */
-	char msg[BATCH_BODY_MSG];     /* the refusal's message */
+	int status;			    /* once over: 0 accepted, 400 or 422 */
+	char msg[BATCH_BODY_MSG];	    /* the refusal's message */
 	char campaign_id[BATCH_BODY_VALUE]; /* as given (cut to fit) */
 	size_t campaign_id_len;		    /* its length before the cut */
 	bool has_name;			    /* a name was given (not null) */
@@ -52,8 +52,8 @@ struct batch_body {
 	size_t len;
 	struct batch_body_walk top, arr; /* the body's object; the contacts array while in it */
 	bool in_contacts, have_cid, have_contacts;
-	size_t arr_at;			      /* the contacts array's '[' */
-	char *seen[BATCH_BODY_FIELDS_MAX];    /* the top-level keys so far (owned) */
+	size_t arr_at;			   /* the contacts array's '[' */
+	char *seen[BATCH_BODY_FIELDS_MAX]; /* the top-level keys so far (owned) */
 	unsigned nseen;
 };
 

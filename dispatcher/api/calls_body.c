@@ -33,8 +33,8 @@ static int field_error(const struct refusal *r, const char *field, const char *w
 
 /* The string field name of body in *out (NULL when an optional one is absent or null): 0, or
  * the 422. */
-static int string_field(const struct refusal *r, const cJSON *body, const char *name,
-			bool optional, const cJSON **out)
+static int string_field(const struct refusal *r, const cJSON *body, const char *name, bool optional,
+			const cJSON **out)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
 
@@ -77,7 +77,7 @@ static int known_fields(const struct refusal *r, const cJSON *b)
 		while (i < sizeof(known) / sizeof(known[0]) && strcmp(f->string, known[i]))
 			i++;
 		if (i == sizeof(known) / sizeof(known[0]))
-			return field_error(r, f->string,
+			return field_error(r, f->string[0] ? f->string : "\"\"",
 					   "is not a field of a call: send agent_id, to_number "
 					   "and optionally from_number.");
 	}
@@ -115,8 +115,8 @@ static int check(const struct refusal *r, const cJSON *b, struct calls_body *out
 	return 0;
 }
 
-int calls_body_parse(const char *body, size_t len, struct calls_body *out, char *field,
-		     size_t fcap, char *msg, size_t mcap)
+int calls_body_parse(const char *body, size_t len, struct calls_body *out, char *field, size_t fcap,
+		     char *msg, size_t mcap)
 {
 	const struct refusal r = { .field = field, .msg = msg, .fcap = fcap, .mcap = mcap };
 	char err[JSON_STRICT_ERR];

@@ -30,13 +30,13 @@ struct calls_body {
  *   0    *out filled (fully written only then);
  *   400  not strict JSON: msg holds json_strict_parse()'s message;
  *   422  msg holds the sentence "<field> <why>." and field (fcap bytes) the field refused: one
- *        of agent_id, to_number, from_number, or the unknown member's name; "" when the body is
- *        not a JSON object;
+ *        of agent_id, to_number, from_number, or the unknown member's name (an empty name as the two
+ *        characters "", so that the message names it); empty when the body is not an object;
  *   404  agent_id cannot be an id: field is "agent_id" and msg the agent_id as sent.
  * field and msg are always NUL-terminated (cut to fcap and mcap bytes); CALLS_BODY_MSG holds
  * every message whole (a 404's agent_id excepted, cut to fit). */
-int calls_body_parse(const char *body, size_t len, struct calls_body *out, char *field,
-		     size_t fcap, char *msg, size_t mcap);
+int calls_body_parse(const char *body, size_t len, struct calls_body *out, char *field, size_t fcap,
+		     char *msg, size_t mcap);
 
 /* Whether s is an id: ^[A-Za-z0-9_-]{1,64}$ (migration 0001). */
 bool calls_body_id_ok(const char *s);

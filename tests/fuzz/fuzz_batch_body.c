@@ -44,9 +44,9 @@ static bool same(const struct batch_body *a, const struct batch_body *b)
 {
 	return a->status == b->status && strcmp(a->msg, b->msg) == 0 &&
 	       a->contacts == b->contacts && a->has_name == b->has_name &&
-	       (a->status || (strcmp(a->campaign_id, b->campaign_id) == 0 &&
-			      a->campaign_id_len == b->campaign_id_len &&
-			      strcmp(a->name, b->name) == 0));
+	       (a->status ||
+		(strcmp(a->campaign_id, b->campaign_id) == 0 &&
+		 a->campaign_id_len == b->campaign_id_len && strcmp(a->name, b->name) == 0));
 }
 
 /* The second pass against json_strict's tree of the whole body. */

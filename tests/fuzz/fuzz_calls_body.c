@@ -55,10 +55,12 @@ static bool member_named(const cJSON *b, const char *field)
 	size_t n = strlen(field);
 	const cJSON *m;
 
-	cJSON_ArrayForEach(m, b)
-	if (strncmp(m->string, field, n) == 0 &&
-	    (m->string[n] == '\0' || n == CALLS_BODY_ID_SIZE - 1))
-		return true;
+	if (strcmp(field, "\"\"") == 0) /* an empty name, quoted */
+		return cJSON_GetObjectItemCaseSensitive(b, "") != NULL;
+
+	cJSON_ArrayForEach(
+		m, b) if (strncmp(m->string, field, n) == 0 &&
+			  (m->string[n] == '\0' || n == CALLS_BODY_ID_SIZE - 1)) return true;
 	return false;
 }
 
