@@ -15,10 +15,10 @@
  * already gone when its handler runs submits no dial.
  */
 #include "api_int.h"
+#include "calls_body.h"
 
 #include "e164.h"
 #include "ident.h"
-#include "json_strict.h"
 #include "log.h"
 #include "pg_pool.h"
 #include "query.h"
@@ -108,6 +108,8 @@ static cJSON *call_json(const PGresult *r, int row)
 
 /* ---- POST /v2/calls ---- */
 
+_Static_assert(CALLS_BODY_ID_SIZE == API_ID_SIZE, "calls_body.h's ids are the API's");
+
 struct create {
 	struct api_call *c;
 	char agent[API_ID_SIZE];
@@ -118,104 +120,31 @@ struct create {
 	uint64_t waited_ms;
 };
 
-/* Answers 422 "<field> <what>" (what ends the sentence). */
-static void field_error(struct api_call *c, const char *field, const char *what)
-{
-	char msg[256];
-
-	snprintf(msg, sizeof(msg), "%.64s %s", field, what);
-	api_error(c, 422, "invalid_field", msg);
-}
-
-/* Reads the string field name into out: 0, or answers 422 and returns -1. A field that may be
- * absent (optional) leaves out empty. */
-static int string_field(struct api_call *c, const cJSON *body, const char *name, bool optional,
-			const cJSON **out)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
-
-	*out = NULL;
-	if (!v || cJSON_IsNull(v)) {
-		if (optional)
-			return 0;
-		field_error(c, name, "is missing: it is required.");
-		return -1;
-	}
-	if (!cJSON_IsString(v)) {
-		field_error(c, name, "must be a string.");
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-static int number_field(struct api_call *c, const cJSON *v, const char *name, char *out)
-{
-	enum e164_fault f;
-	char why[160];
-
-	if (e164_normalise(v->valuestring, strlen(v->valuestring), out, E164_BUF, &f)) {
-		snprintf(why, sizeof(why), "is not a phone number in E.164 form: %s.",
-			 e164_fault_str(f));
-		field_error(c, name, why);
-		return -1;
-	}
-	return 0;
-}
-
-/* Checks the body and fills k; answers (400/404/422) and returns -1 when it is refused. */
+/* Checks the body (calls_body.h) and fills k; answers (400/404/422) and returns -1 when it is
+ * refused. */
 static int create_body(struct api_call *c, struct create *k)
 {
-	static const char *const known[] = { "agent_id", "to_number", "from_number" };
-	char err[JSON_STRICT_ERR];
+	char field[API_ID_SIZE], msg[CALLS_BODY_MSG];
 	size_t len;
 	const char *text = http_request_body(c->req, &len);
-	cJSON *b = json_strict_parse(text, len, err, sizeof(err));
-	const cJSON *agent, *to, *from, *f;
-	int rc = -1;
+	struct calls_body b;
 
-	if (!b) {
-		api_error(c, 400, "invalid_json", err);
+	switch (calls_body_parse(text, len, &b, field, sizeof(field), msg, sizeof(msg))) {
+	case 0:
+		snprintf(k->agent, sizeof(k->agent), "%s", b.agent);
+		snprintf(k->to, sizeof(k->to), "%s", b.to);
+		snprintf(k->from, sizeof(k->from), "%s", b.from);
+		return 0;
+	case 400:
+		api_error(c, 400, "invalid_json", msg);
+		return -1;
+	case 404: /* no agent can have that id: as an unknown one */
+		api_not_found(c, "agent", msg);
+		return -1;
+	default:
+		api_error(c, 422, "invalid_field", msg);
 		return -1;
 	}
-	if (!cJSON_IsObject(b)) {
-		api_error(c, 422, "invalid_field",
-			  "The body must be a JSON object with agent_id and to_number.");
-		goto out;
-	}
-	cJSON_ArrayForEach(f, b)
-	{
-		size_t i = 0;
-
-		while (i < sizeof(known) / sizeof(known[0]) && strcmp(f->string, known[i]))
-			i++;
-		if (i == sizeof(known) / sizeof(known[0])) {
-			field_error(c, f->string,
-				    "is not a field of a call: send agent_id, to_number and "
-				    "optionally from_number.");
-			goto out;
-		}
-	}
-	if (string_field(c, b, "agent_id", false, &agent) ||
-	    string_field(c, b, "to_number", false, &to) ||
-	    string_field(c, b, "from_number", true, &from))
-		goto out;
-	if (!agent->valuestring[0]) {
-		field_error(c, "agent_id", "must not be empty.");
-		goto out;
-	}
-	if (number_field(c, to, "to_number", k->to) ||
-	    (from && number_field(c, from, "from_number", k->from)))
-		goto out;
-	if (!ident_ok(agent->valuestring)) { /* no agent can have that id: as an unknown one */
-		api_not_found(c, "agent", agent->valuestring);
-		goto out;
-	}
-	snprintf(k->agent, sizeof(k->agent), "%s", agent->valuestring);
-	rc = 0;
-out:
-	cJSON_Delete(b);
-	return rc;
 }
 
 static void unavailable(struct api_call *c, const char *message)

@@ -346,9 +346,9 @@ static void key_before_body(void **state)
 	api_make_key(db, "org-b", "k", key, NULL);
 	api_worker_start(&w1, "api-b");
 
-	/* No key: 401 at once, with not a byte of the 200 MB (or 4 KB) body sent. */
+	/* No key: 401 at once, with not a byte of the 60 MB (or 4 KB) body sent. */
 	const char *paths[] = { "/v2/batches", "/v2/calls" };
-	const char *lens[] = { "200000000", "4000" };
+	const char *lens[] = { "60000000", "4000" };
 	for (int i = 0; i < 2; i++) {
 		fd = raw_connect(w1.port, API_WAIT_MS);
 		snprintf(head, sizeof(head),
@@ -368,21 +368,24 @@ static void key_before_body(void **state)
 	assert_non_null(raw_header(&r, "X-RateLimit-Limit", v, sizeof(v)));
 	raw_response_free(&r);
 
-	/* The budget: a keyed 200 MB body being received (100 Continue: it is being read) leaves
-	 * no room for another 100 MB one. */
-	int big = raw_connect(w1.port, API_WAIT_MS);
-	snprintf(head, sizeof(head),
-		 "POST /v2/batches HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
-		 "Content-Type: application/json\r\nExpect: 100-continue\r\n"
-		 "Content-Length: 200000000\r\n\r\n",
-		 key);
-	assert_int_equal(raw_send_str(big, head), 0);
-	answer_within(big, &r, 100);
-	raw_response_free(&r);
+	/* The budget (256 MiB): four keyed 60 MB bodies being received (100 Continue: each is
+	 * being read) leave no room for a fifth. */
+	int bigs[4];
+	for (int i = 0; i < 4; i++) {
+		bigs[i] = raw_connect(w1.port, API_WAIT_MS);
+		snprintf(head, sizeof(head),
+			 "POST /v2/batches HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
+			 "Content-Type: application/json\r\nExpect: 100-continue\r\n"
+			 "Content-Length: 60000000\r\n\r\n",
+			 key);
+		assert_int_equal(raw_send_str(bigs[i], head), 0);
+		answer_within(bigs[i], &r, 100);
+		raw_response_free(&r);
+	}
 	fd = raw_connect(w1.port, API_WAIT_MS);
 	snprintf(head, sizeof(head),
 		 "POST /v2/batches HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n"
-		 "Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n",
+		 "Content-Type: application/json\r\nContent-Length: 60000000\r\n\r\n",
 		 key);
 	assert_int_equal(raw_send_str(fd, head), 0);
 	answer_within(fd, &r, 503);
@@ -392,9 +395,10 @@ static void key_before_body(void **state)
 	print_message("budget 503: %s\n", r.body);
 	raw_response_free(&r);
 	close(fd);
-	/* The big one's client goes: its reservation is released (seen once the server has read
-	 * the close: polled). */
-	close(big);
+	/* The big ones' clients go: their reservations are released (seen once the server has
+	 * read the close: polled). */
+	for (int i = 0; i < 4; i++)
+		close(bigs[i]);
 	long long deadline = fixture_now_ms() + API_WAIT_MS;
 	do {
 		st = api_request(w1.port, "POST", "/v2/batches", key, NULL, "{}", &r);
