@@ -103,7 +103,7 @@ int gate_pgmode_unwait(struct gate_pg *g, const char *call, gate_pgmode_unwait_c
 	struct unwait_op *op;
 	int rc;
 
-	if (!g || !gate_pg_uuid_ok(call))
+	if (!g || !ident_uuid_ok(call))
 		return -EINVAL;
 	if (!(op = calloc(1, sizeof(*op))))
 		return -ENOMEM;
