@@ -213,20 +213,6 @@ if s_now ~= sec then
 end
 n1, n2, n3, n4, n5, n6, n7 = n1 + d1, n2 + d2, n3 + d3, n4 + d4, n5 + d5, n6 + d6, n7 + d7
 
--- The candidates ARGV[6..] as a set: unique, sorted, comma-joined (a waiter's record compares
--- equal whatever order the selector sent them in).
-local function cand_set()
-	local seen, ids = {}, {}
-	for i = 6, #ARGV do
-		if not seen[ARGV[i]] then
-			seen[ARGV[i]] = true
-			ids[#ids + 1] = ARGV[i]
-		end
-	end
-	table.sort(ids)
-	return table.concat(ids, ',')
-end
-
 if not admitted then
 	if ARGV[3] == 'w' then -- register (hand-off, README.md "Hand-off"; gate_wc.lua.inc)
 		local wk = ARGV[5]
@@ -235,8 +221,15 @@ if not admitted then
 			local rc, since, rwk = string.match(rec, '^([^|]*)|(%d+)|?(.*)$')
 			redis.call('ZREM', KEYS[9], call)
 			if not direct then -- a batch waiter waits under its latest candidates
-				local nc = cand_set()
-				if nc ~= rc then -- a set, not an order: the selector rotates its candidates
+				local seen, nc = {}, ARGV[6]
+				seen[nc] = true
+				for i = 7, #ARGV do
+					if not seen[ARGV[i]] then
+						seen[ARGV[i]] = true
+						nc = nc .. ',' .. ARGV[i]
+					end
+				end
+				if nc ~= rc then
 					if not wx_none(rwk) then
 						wc_unqueue(KEYS[7], KEYS[8], rc, tonumber(since), call)
 					end
@@ -259,7 +252,15 @@ if not admitted then
 				k = k + 1
 				reply[4] = k
 			else
-				cands = cand_set()
+				local seen = {}
+				cands = ARGV[6]
+				seen[cands] = true
+				for i = 7, #ARGV do
+					if not seen[ARGV[i]] then
+						seen[ARGV[i]] = true
+						cands = cands .. ',' .. ARGV[i]
+					end
+				end
 				redis.call('HSET', KEYS[6], call, cands .. '|' .. string.format('%d', now) ..
 					'|' .. wk)
 			end

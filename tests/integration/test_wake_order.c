@@ -5,8 +5,7 @@
  * cost cuts' fast paths (merged_paths). One process against a real Redis;
  * the markers are the scripts' replies (who was woken, refresh), the hand-off keys and, for the
  * refresh, a subscriber's count of the messages; a batch waiter refused again re-registered
- * under its latest candidates, the same set in another order changing nothing
- * (reregistered_under_latest). */
+ * under its latest candidates (reregistered_under_latest). */
 #include "fixture.h"
 #include "gate_harness.h"
 #include "redis_sub.h"
@@ -376,16 +375,6 @@ static void reregistered_under_latest(void **state)
 	assert_int_equal(strncmp(rec2, "A,B|", 4), 0);
 	assert_string_equal(rec2 + 3, rec + 1);		   /* its since and worker kept */
 	assert_int_equal(key_count(&e, "ZCARD", "wq"), 3); /* w1 under A and B, w2 under A */
-	assert_int_equal(key_count(&e, "ZCARD", "wc"), 2);
-
-	/* the same set in another order (the selector rotates its candidates): a no-op */
-	char rec3[256];
-	assert_int_equal(admit_wait_w(&e, "w1", "B A", &waiter), GATE_REFUSED);
-	assert_int_equal(waiter, 0);
-	assert_true(gate_org_key("o1", "bwait", key, sizeof(key)) > 0);
-	genv_cmd(&e, rec3, sizeof(rec3), "HGET", key, "w1", NULL);
-	assert_string_equal(rec3, rec2); /* kept as it was, not removed and re-added */
-	assert_int_equal(key_count(&e, "ZCARD", "wq"), 3);
 	assert_int_equal(key_count(&e, "ZCARD", "wc"), 2);
 
 	release_wakes(&e, "a1", "w1");
