@@ -9,10 +9,12 @@
  * (created_at, id) by an opaque cursor; GET /v2/calls/{call_id} reads one. Both read only rows
  * of the key's organisation (the SQL says so), so another organisation's call is a 404.
  *
- * A client that goes away while its dial waits: the HTTP server has no callback for it, so the
- * dial runs to its end (placed if a line frees within the wait, else withdrawn at the 5 s
- * deadline) and its answer is discarded. Nothing polls for it; a request whose client has
- * already gone when its handler runs submits no dial.
+ * A client that goes away while its dial waits: the HTTP server has no callback for it, so a
+ * timer polls http_request_aborted() every CALL_ABORT_POLL_MS while the dial waits and cancels
+ * the dial (the dialer's cancel: the waiter is withdrawn, no call is placed, an admission in
+ * flight that comes back admitted is released, never dialled). A request whose client has
+ * already gone when its handler runs submits no dial. The flag is set only while the server reads
+ * the connection: after a Connection: close request it does not, and the dial runs to its end.
  */
 #include "api_int.h"
 #include "calls_body.h"
@@ -193,10 +195,50 @@ static void busy(struct api_call *c, const struct api_dial_result *r)
 	cJSON_Delete(j);
 }
 
+/* ---- the dial's wait: the handle kept, the client polled ---- */
+
+#define CALL_ABORT_POLL_MS 100
+
+struct dial_wait {
+	struct create *k;
+	void *handle; /* the dialer's, until dial_done() or the cancel */
+	uv_timer_t poll;
+	bool submitted;
+};
+
+static void dial_wait_closed(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void dial_wait_end(struct dial_wait *w)
+{
+	uv_timer_stop(&w->poll);
+	uv_close((uv_handle_t *)&w->poll, dial_wait_closed);
+}
+
+/* The client went away while its dial waits: the dial is cancelled (its callback never comes),
+ * the call answered into the void (api_error() frees it). */
+static void dial_wait_poll(uv_timer_t *t)
+{
+	struct dial_wait *w = t->data;
+	struct create *k = w->k;
+
+	if (!w->submitted || !http_request_aborted(k->c->req))
+		return;
+	api_dialer(k->c->api)->cancel(w->handle);
+	api_error(k->c, 503, "unavailable", "The client has gone.");
+	free(k);
+	dial_wait_end(w);
+}
+
 static void dial_done(const struct api_dial_result *r, void *data)
 {
-	struct create *k = data;
+	struct dial_wait *w = data;
+	struct create *k = w->k;
 	struct api_call *c = k->c;
+
+	dial_wait_end(w);
 
 	switch (r->outcome) {
 	case API_DIAL_PLACED: {
@@ -229,7 +271,7 @@ static void create(struct api_call *c)
 {
 	const struct api_dialer *d = api_dialer(c->api);
 	struct create *k;
-	void *handle;
+	struct dial_wait *w;
 	int rc;
 
 	if (!d) {
@@ -254,7 +296,19 @@ static void create(struct api_call *c)
 				    .agent = k->agent,
 				    .to_number = k->to,
 				    .from_number = k->from[0] ? k->from : NULL };
-	if ((rc = d->submit(d->ctx, &req, dial_done, k, &handle))) {
+	if (!(w = calloc(1, sizeof(*w)))) {
+		free(k);
+		unavailable(c, "Out of memory; retry shortly.");
+		return;
+	}
+	w->k = k;
+	w->poll.data = w;
+	uv_timer_init(api_loop(c->api), &w->poll);
+	uv_timer_start(&w->poll, dial_wait_poll, CALL_ABORT_POLL_MS, CALL_ABORT_POLL_MS);
+	if ((rc = d->submit(d->ctx, &req, dial_done, w, &w->handle)) == 0) {
+		w->submitted = true;
+	} else {
+		dial_wait_end(w);
 		free(k);
 		if (rc == -ESHUTDOWN)
 			unavailable(c, "This process is shutting down; retry on another.");

@@ -41,6 +41,7 @@ enum stmt_id {
 	ST_WAITERS_OF,
 	ST_WAIT_SET,
 	ST_RELEASE,
+	ST_UNWAIT, /* withdraws one waiting direct dial (gate_pgmode_unwait) */
 	ST_INSTALL_HEAD,
 	ST_INSTALL_FLOORS,
 	ST_COUNT,

@@ -64,6 +64,8 @@ const struct stmt_def gate_pgmode_stmts[] = {
 	  " WHERE (SELECT gate_mode FROM system_settings) = 'postgres')"
 	  " SELECT i.id IN (SELECT id FROM u) FROM unnest($1::uuid[]) WITH ORDINALITY AS i(id, n)"
 	  " WHERE (SELECT count(*) FROM n) >= 0 ORDER BY i.n" },
+	/* A waiting direct dial given up (gate_pgmode_unwait): k - 1 at once, not at the expiry. */
+	{ ST_UNWAIT, 1, "DELETE FROM gate_direct_waiters WHERE call_id = $1::uuid" },
 	/* The install's fence: only a newer version replaces the installed one. */
 	{ ST_INSTALL_HEAD, 3,
 	  "INSERT INTO fair_share_installs (org_id, version, installed_at, expires_at)"

@@ -112,6 +112,14 @@ typedef void (*gate_pgmode_release_cb)(struct gate_pg *g, int status, const bool
 int gate_pgmode_release(struct gate_pg *g, const char *const *calls, uint32_t n,
 			const char *outcome, gate_pgmode_release_cb cb, void *data);
 
+/* status 0: the waiter's row is gone (deleted now, or never there). */
+typedef void (*gate_pgmode_unwait_cb)(struct gate_pg *g, int status, void *data);
+
+/* Withdraws the waiting direct dial call (its gate_direct_waiters row, so k goes down at once
+ * rather than at the row's expiry). Idempotent: a call that is not waiting changes nothing. cb
+ * may be NULL. Returns 0, -EINVAL (not a uuid) or the pool's refusal. */
+int gate_pgmode_unwait(struct gate_pg *g, const char *call, gate_pgmode_unwait_cb cb, void *data);
+
 /* One campaign's floor as the refresher installs it; campaign NULL is the direct one. */
 struct gate_pgmode_floor {
 	const char *campaign;

@@ -78,6 +78,43 @@ int gate_pgmode_release(struct gate_pg *g, const char *const *calls, uint32_t n,
 	return rc;
 }
 
+/* --- a waiting direct dial withdrawn --- */
+
+struct unwait_op {
+	struct gate_pg *g;
+	gate_pgmode_unwait_cb cb;
+	void *data;
+};
+
+static void unwait_cb(int status, const struct pg_results *r, void *data)
+{
+	struct unwait_op *op = data;
+
+	if (status == DSP_EPG)
+		GLOG(LOG_WARN, "direct waiter withdrawal refused: %s",
+		     r->error ? PQresultErrorMessage(r->error) : "?");
+	if (op->cb)
+		op->cb(op->g, status, op->data);
+	free(op);
+}
+
+int gate_pgmode_unwait(struct gate_pg *g, const char *call, gate_pgmode_unwait_cb cb, void *data)
+{
+	struct unwait_op *op;
+	int rc;
+
+	if (!g || !ident_uuid_ok(call))
+		return -EINVAL;
+	if (!(op = calloc(1, sizeof(*op))))
+		return -ENOMEM;
+	*op = (struct unwait_op){ .g = g, .cb = cb, .data = data };
+	const char *v[] = { call };
+	struct pg_query q = { .stmt = g->st[ST_UNWAIT], .nparams = 1, .values = v };
+	if ((rc = pg_pool_exec(g->pool, PG_LANE_NORMAL, &q, unwait_cb, op)))
+		free(op);
+	return rc;
+}
+
 /* --- the floors install --- */
 
 struct install_op {

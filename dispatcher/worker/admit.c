@@ -321,8 +321,11 @@ void admit_repropose(struct sorg *o)
 			continue;
 		a->st = SA_IDLE;
 		admit_launch(a);
-		if (a->st == SA_IDLE) /* nothing sent (no candidate, mode): withdrawn, as a wake */
-			admit_free(a, true);
+		/* Nothing sent (the gate switching or unusable for a moment, or its contacts taken
+		 * by earlier admissions of this loop): it stays registered as it was, woken or
+		 * given up (slot_wait_ms) as before, rather than withdrawn for a passing state. */
+		if (a->st == SA_IDLE)
+			a->st = SA_WAITING;
 	}
 }
 

@@ -51,7 +51,9 @@ struct direct_dial {
 	bool has_from;
 	bool answered;	   /* the callback was called, or the dial was cancelled */
 	bool registered;   /* a local waiter of the hand-off (handoff_add) */
-	bool gate_waiting; /* registered as a waiting direct dial in Redis */
+	bool gate_waiting; /* maybe registered as a waiting direct dial in Redis: set when a waiting
+			    * admission is sent (it may run in Redis even when its answer is lost) */
+	bool pg_waiting;   /* the same in postgres mode (a gate_direct_waiters row) */
 	bool decided;	   /* the gate answered at least one admission */
 	bool woken;	   /* a wake came while an admission was in flight */
 	unsigned ops;	   /* requests in flight that call back with this dial */
@@ -89,6 +91,14 @@ static void noop_unwait(struct gate *g, int status, const struct gate_handoff_re
 		log_debug(LOG_GATE, "direct dial withdrawal: %s", dsp_strerror(status));
 }
 
+static void noop_pg_unwait(struct gate_pg *g, int status, void *data)
+{
+	(void)g;
+	(void)data;
+	if (status && status != -ECANCELED)
+		log_debug(LOG_GATE, "direct dial withdrawal (postgres): %s", dsp_strerror(status));
+}
+
 static void tick_closed(uv_handle_t *h)
 {
 	struct direct *d = h->data;
@@ -100,12 +110,16 @@ static void tick_closed(uv_handle_t *h)
 		cb(data);
 }
 
+static void withdraw(struct direct_dial *dd);
+
 static void maybe_free(struct direct_dial *dd)
 {
 	struct direct *d = dd->d;
 
 	if (!dd->answered || dd->ops)
 		return;
+	if (!d->closing) /* an admission answered after a cancel (or lost) may have registered */
+		withdraw(dd);
 	list_del(&dd->node);
 	free(dd);
 	if (list_empty(&d->dials) && d->ticking) {
@@ -116,7 +130,8 @@ static void maybe_free(struct direct_dial *dd)
 		uv_close((uv_handle_t *)&d->tick, tick_closed);
 }
 
-/* Out of the hand-off and the gate's waiters (k - 1). Idempotent. */
+/* Out of the hand-off and the gate's waiters (k - 1), in Redis and in PostgreSQL: whichever a
+ * waiting admission was sent to (both unwaits are idempotent). */
 static void withdraw(struct direct_dial *dd)
 {
 	struct direct *d = dd->d;
@@ -127,6 +142,9 @@ static void withdraw(struct direct_dial *dd)
 	if (dd->gate_waiting)
 		gate_handoff_unwait(d->o.gate, dd->org, dd->call, noop_unwait, NULL);
 	dd->gate_waiting = false;
+	if (dd->pg_waiting)
+		gate_pgmode_unwait(d->o.gpg, dd->call, noop_pg_unwait, NULL);
+	dd->pg_waiting = false;
 }
 
 /* Calls the callback once (never after a cancel). The caller calls maybe_free() after. */
@@ -217,9 +235,66 @@ static void finish(struct direct_dial *dd)
 
 static void launch(struct direct_dial *dd);
 
+static void cancelled_redis_release(struct gate *g, int status,
+				    const struct gate_release_result *res, void *data)
+{
+	(void)g;
+	(void)res;
+	(void)data;
+	if (status && status != -ECANCELED) /* the reconciler frees a slot whose row has ended */
+		log_warn(LOG_GATE, "cancelled direct dial's slot release: %s",
+			 dsp_strerror(status));
+}
+
+static void cancelled_ended(struct gate_pg *g, int status, const bool *ended, uint32_t n,
+			    void *data)
+{
+	struct direct_dial *dd = data;
+	struct direct *d = dd->d;
+
+	(void)g;
+	(void)n;
+	dd->ops--;
+	if (status) /* the row stays live: the maximum-duration sweep ends it and its slots */
+		log_warn(LOG_DIAL, "cancelled direct dial %s not ended: %s", dd->call,
+			 dsp_strerror(status));
+	else if (ended[0])
+		d->st.released++;
+	if (status == 0 && ended[0] && dd->mode == GATE_MODE_REDIS && !d->closing)
+		gate_release(d->o.gate, dd->org, dd->call, cancelled_redis_release, NULL);
+	maybe_free(dd);
+}
+
+/* Admitted after direct_dial_cancel() (the admission was in flight): nobody wants the call, so it
+ * is never dialled; its row is ended (outcome canceled) and its slots released (in postgres mode
+ * the row's end is the release; in redis mode gate_release() follows it). */
+static void cancelled_admitted(struct direct_dial *dd)
+{
+	struct direct *d = dd->d;
+	const char *calls[1] = { dd->call };
+	int rc;
+
+	LOG_AT(LOG_INFO, LOG_DIAL, (&(const struct log_ids){ .org = dd->org, .call = dd->call }),
+	       "direct dial admitted after its cancel: released, not dialled");
+	if (d->closing)
+		return; /* the sweep ends it */
+	if ((rc = gate_pgmode_release(d->o.gpg, calls, 1, "canceled", cancelled_ended, dd)))
+		log_warn(LOG_DIAL, "cancelled direct dial %s not ended: %s", dd->call,
+			 dsp_strerror(rc));
+	else
+		dd->ops++;
+}
+
 static void placed(struct direct_dial *dd)
 {
 	struct direct *d = dd->d;
+
+	dd->gate_waiting = false; /* the admission withdrew the registration */
+	dd->pg_waiting = false;
+	if (dd->answered) {
+		cancelled_admitted(dd);
+		return;
+	}
 	struct dial_call c = { .call = dd->call,
 			       .org = dd->org,
 			       .campaign = NULL, /* the org's direct pseudo-campaign */
@@ -230,8 +305,7 @@ static void placed(struct direct_dial *dd)
 			       .from = dd->has_from ? dd->from : NULL };
 	int rc = d->closing ? -ESHUTDOWN : dial_start(d->o.dial, &c);
 
-	dd->gate_waiting = false; /* the admission withdrew the registration */
-	if (rc) {		  /* the row is written and the slots held: the sweep ends it */
+	if (rc) { /* the row is written and the slots held: the sweep ends it */
 		LOG_AT(LOG_ERROR, LOG_DIAL,
 		       (&(const struct log_ids){ .org = dd->org, .call = dd->call }),
 		       "direct dial admitted, not dialled: %s", dsp_strerror(rc));
@@ -420,12 +494,16 @@ static void launch(struct direct_dial *dd)
 		rc = gate_flow_admit(d->o.flow, &req, &row, flow_cb, dd);
 		if (rc)
 			gate_mode_report(d->o.mode, ms.epoch, rc);
+		else /* it may register the waiter even if its answer never comes back */
+			dd->gate_waiting = true;
 	} else {
 		struct gate_pgmode_req req = {
 			.call = dd->call, .candidates = &dial, .n_candidates = 1, .wait = true
 		};
 		rc = gate_pgmode_admit(d->o.gpg, dd->org, ms.epoch, d->o.write_deadline_ms, &req, 1,
 				       pg_cb, dd);
+		if (rc == 0)
+			dd->pg_waiting = true;
 	}
 	if (rc) {
 		dd->retry_at = now_ms(d) + DIRECT_ERROR_RETRY_MS;

@@ -20,14 +20,15 @@
  *
  * Postgres gate mode (C11): the admission is gate_pgmode_admit() with .wait (the waiter is a
  * gate_direct_waiters row, counted in k); it is re-tried on each dsp_gate_free NOTIFY of its
- * organisation and every 500 ms. Postgres mode has no withdrawal: a timed-out dial's row
- * expires GATE_PGMODE_WAIT_TTL_MS after its last refusal. A mode change re-tries every waiter
+ * organisation and every 500 ms. A timed-out or cancelled dial's row is deleted
+ * (gate_pgmode_unwait()); it would expire GATE_PGMODE_WAIT_TTL_MS after its last refusal. A mode change re-tries every waiter
  * at once (direct_mode_changed()): a registration made in one mode is unknown to the other.
  *
  * Async contract (STYLE rule 4): if direct_dial_submit() returns an error the callback is never
  * called; otherwise it is called exactly once, from the loop (never from inside the submit),
  * unless direct_dial_cancel() is called first: after direct_dial_cancel() returns, the callback
- * is never called. direct_drain() and direct_close() answer every dial not answered yet
+ * is never called. A dial cancelled while its admission is in flight and then admitted
+ * is never dialled: its row is ended (canceled) and its slots released. direct_drain() and direct_close() answer every dial not answered yet
  * (DIRECT_UNAVAILABLE). The result and every pointer in it are borrowed for the callback only.
  */
 #ifndef DSP_WORKER_DIRECT_H
@@ -101,11 +102,12 @@ struct direct_options {
 };
 
 struct direct_stats {
-	uint64_t submitted;   /* direct_dial_submit() accepted */
-	uint64_t placed;      /* answered PLACED */
-	uint64_t timed_out;   /* answered BUSY */
-	uint64_t cancelled;   /* direct_dial_cancel() before an answer */
-	uint64_t not_found;   /* answered NOT_FOUND */
+	uint64_t submitted; /* direct_dial_submit() accepted */
+	uint64_t placed;    /* answered PLACED */
+	uint64_t timed_out; /* answered BUSY */
+	uint64_t cancelled; /* direct_dial_cancel() before an answer */
+	uint64_t released;  /* admitted after direct_dial_cancel(): ended, released, not dialled */
+	uint64_t not_found; /* answered NOT_FOUND */
 	uint64_t unavailable; /* answered UNAVAILABLE */
 	uint64_t admissions;  /* gate admissions sent (first tries and re-tries) */
 	uint64_t wakes;	      /* hand-off wakes and NOTIFY re-tries received */

@@ -8,6 +8,8 @@
  *   full_org_times_out      all lines busy: BUSY after about 5 s, k back to 0, the 429 body;
  *   cancel_withdraws        a client gone mid-wait: the waiter is withdrawn (k 1 -> 0), no
  *                           callback;
+ *   cancel_in_flight_admitted  cancelled while its admission is in flight, then admitted:
+ *                           never dialled, its row ended (canceled), its slot released;
  *   freed_line_goes_direct  all lines busy, batch contacts waiting: the line freed by ending a
  *                           call goes to the direct dial (C10 first claim), not to a batch
  *                           waiter. */
@@ -246,6 +248,52 @@ static void cancel_withdraws(void **state)
 	assert_int_equal(x.done, 0);
 }
 
+static bool admissions_reached(void *arg)
+{
+	struct direct_stats st;
+
+	direct_get_stats(worker_direct(wk), &st);
+	return st.admissions >= *(const uint64_t *)arg;
+}
+
+static bool released_reached(void *arg)
+{
+	struct direct_stats st;
+
+	direct_get_stats(worker_direct(wk), &st);
+	return st.released >= *(const uint64_t *)arg;
+}
+
+/* Cancelled while its admission is in flight (the client went away), then admitted: never
+ * dialled; its row ended (canceled) and its slot released. */
+static void cancel_in_flight_admitted(void **state)
+{
+	struct dres x;
+	struct direct_stats st;
+
+	(void)state;
+	assert_int_equal(read_k("of").running, 1); /* free_line_placed's call: one line free */
+	direct_get_stats(worker_direct(wk), &st);
+	uint64_t want = st.admissions + 1, released = st.released + 1;
+	struct direct_dial *dd = submit("of", "af", "+14155550196", &x);
+	fixture_run_until(&loop, admissions_reached, &want, WAIT_MS); /* sent, not answered */
+	direct_dial_cancel(dd);
+	fixture_run_until(&loop, released_reached, &released, WAIT_MS);
+	assert_int_equal(x.done, 0);
+	assert_int_equal(sql_int("SELECT count(*) FROM calls WHERE org_id = 'of' AND to_number ="
+				 " '+14155550196' AND state = 'ended' AND outcome = 'canceled'"),
+			 1);
+	struct kread k = read_k("of");
+	for (long long end = fixture_now_ms() + WAIT_MS; k.running != 1;) { /* Redis release */
+		assert_true(fixture_now_ms() < end);
+		k = read_k("of"); /* runs the loop until read */
+	}
+	assert_int_equal(k.k, 0);
+	assert_int_equal((int)wproc_stat(&stub, "orgs.of.placed"), 1); /* never dialled */
+	direct_get_stats(worker_direct(wk), &st);
+	assert_int_equal(st.waiting, 0);
+}
+
 static void freed_line_goes_direct(void **state)
 {
 	struct dres x;
@@ -374,8 +422,11 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(free_line_placed),	  cmocka_unit_test(other_org_not_found),
-		cmocka_unit_test(full_org_times_out),	  cmocka_unit_test(cancel_withdraws),
+		cmocka_unit_test(free_line_placed),
+		cmocka_unit_test(other_org_not_found),
+		cmocka_unit_test(full_org_times_out),
+		cmocka_unit_test(cancel_withdraws),
+		cmocka_unit_test(cancel_in_flight_admitted),
 		cmocka_unit_test(freed_line_goes_direct),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,7 +1,7 @@
 /* The gate in postgres mode against a real server (dispatcher/gate/gate_pgmode.h): every level
  * refusing in the model's decision order, counted from the call rows; several admissions in one
  * transaction; floors installed in PostgreSQL (fenced by version, expiring on PostgreSQL's
- * clock); waiting direct dials and their reserve; the release that wakes waiters by NOTIFY;
+ * clock); waiting direct dials, their reserve and their withdrawal; the release that wakes waiters by NOTIFY;
  * and admissions from several workers' connections, released at random, never exceeding any
  * level — the system row held by the test so that every round certainly overlaps, and every
  * level re-counted from the call rows after every step. */
@@ -242,6 +242,19 @@ static void rel_cb(struct gate_pg *g, int status, const bool *ended, uint32_t n,
 		p->ended[i] = ended[i];
 }
 
+struct unw {
+	int calls, status;
+};
+
+static void unw_cb(struct gate_pg *g, int status, void *data)
+{
+	struct unw *u = data;
+
+	(void)g;
+	u->calls++;
+	u->status = status;
+}
+
 static void release_sync(struct gp *e, const char *call, struct rel *p)
 {
 	const char *ids[] = { call };
@@ -316,6 +329,20 @@ static void floors_waiters_release(void **state)
 			 1);
 	assert_int_equal(admit_sync(&e, "fl", &dr, 1, &p), 0); /* again: still one waiter */
 	assert_int_equal(p.r[0].waiter, 0);
+	/* withdrawn (a timed-out dial): the row goes at once; twice is a no-op; then again */
+	for (int i = 0; i < 2; i++) {
+		struct unw u = { 0 };
+		assert_int_equal(gate_pgmode_unwait(e.g, id[3], unw_cb, &u), 0);
+		fixture_run_until_count(e.lp, &u.calls, 1, 60000);
+		assert_int_equal(u.status, 0);
+		assert_int_equal(gp_int(admin, "SELECT count(*) FROM gate_direct_waiters WHERE"
+					       " org_id = 'fl'"),
+				 0);
+	}
+	assert_int_equal(gate_pgmode_unwait(e.g, "not-a-uuid", unw_cb, NULL), -EINVAL);
+	assert_int_equal(admit_sync(&e, "fl", &dr, 1, &p), 0);
+	assert_int_equal(p.r[0].outcome, GATE_PGMODE_REFUSED);
+	assert_int_equal(p.r[0].waiter, 1);
 
 	release_sync(&e, id[0], &r);
 	assert_true(r.ended[0]);
