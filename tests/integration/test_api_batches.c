@@ -34,7 +34,7 @@
 #define WAIT_MS 60000
 /* Resume to b1's first call: a few demand scans (500 ms) and refresher periods (1 s) on a
  * loaded machine; the slot wait (120 s) is what a stall would take. */
-#define RESUME_MS 10000
+#define RESUME_MS 30000
 
 static struct embedded svc;
 static struct api_worker w1;
