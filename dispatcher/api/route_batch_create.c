@@ -29,35 +29,73 @@
 #include <string.h>
 #include <strings.h>
 
-#define IMPORTS_MAX    2    /* concurrent imports per process, at most (and half the pool) */
 #define BUSY_RETRY_S   "5"  /* Retry-After of the 503 when that many run */
 #define TOP_FIELDS_MAX 32   /* fields of the JSON body's object */
 #define VALUE_BYTES    256  /* a query parameter or form field, decoded */
 #define CHECK_SLICE    2000 /* contacts checked per loop turn by the JSON route's first pass */
+#define CHECK_BYTES    ((size_t)1 << 20) /* ... and bytes of them parsed per loop turn */
+/* A contact's JSON text, at most: its variables' limit and room for the phone and the keys.
+ * Refused by length before it is parsed (a 64 MiB contact parsed whole took 2.5 GiB). */
+#define CONTACT_TEXT_MAX (BATCH_IMPORT_MAX_VARIABLES + 1024)
+#define FIELD_TEXT_MAX	 4096 /* another top-level field's text (or a field name), at most */
 
-static unsigned imports_running; /* this process's imports (the loop's thread only) */
+/* The imports running in this process (the loop's thread only): each holds one connection of
+ * the API's import pool for its whole length, so at most the pool's size run at once, and at
+ * most one per organisation, so that one organisation's slow uploads never keep the others
+ * out. */
+static char import_org[API_IMPORT_POOL_SIZE][API_ID_SIZE]; /* "": a free slot */
 
-static unsigned imports_cap(const struct api_call *c)
+static int imports_cap(const struct api_call *c)
 {
-	unsigned cap = pg_pool_size(api_pool(c->api)) / 2;
+	struct pg_pool *p = api_import_pool(c->api);
+	unsigned n = p ? pg_pool_size(p) : 0;
 
-	return cap < 1 ? 1 : cap > IMPORTS_MAX ? IMPORTS_MAX : cap;
+	return (int)(n > API_IMPORT_POOL_SIZE ? API_IMPORT_POOL_SIZE : n);
 }
 
-static bool slot_take(struct api_call *c)
+/* Takes an import slot for the key's organisation. Returns its index, or -1 (answered 503). */
+static int slot_take(struct api_call *c)
 {
-	if (imports_running >= imports_cap(c)) {
+	int cap = imports_cap(c), free_slot = -1, running = 0;
+
+	if (cap == 0) {
+		api_error(c, 503, "unavailable", "Batch imports are not served by this process.");
+		return -1;
+	}
+	for (int i = 0; i < cap; i++) {
+		if (!import_org[i][0]) {
+			if (free_slot < 0)
+				free_slot = i;
+			continue;
+		}
+		running++;
+		if (strcmp(import_org[i], c->key.org.id) == 0) {
+			http_response_header(c->req, "Retry-After", BUSY_RETRY_S);
+			api_error(
+				c, 503, "imports_busy",
+				"An import of this organisation is running on this server: one at "
+				"a time; retry in " BUSY_RETRY_S " s.");
+			return -1;
+		}
+	}
+	if (free_slot < 0) {
 		char msg[160];
 
 		snprintf(msg, sizeof(msg),
-			 "%u imports are running on this server, its most at once; retry in %s s.",
-			 imports_running, BUSY_RETRY_S);
+			 "%d imports are running on this server, its most at once; retry in %s s.",
+			 running, BUSY_RETRY_S);
 		http_response_header(c->req, "Retry-After", BUSY_RETRY_S);
 		api_error(c, 503, "imports_busy", msg);
-		return false;
+		return -1;
 	}
-	imports_running++;
-	return true;
+	snprintf(import_org[free_slot], API_ID_SIZE, "%s", c->key.org.id);
+	return free_slot;
+}
+
+static void slot_give(int slot)
+{
+	if (slot >= 0 && slot < API_IMPORT_POOL_SIZE)
+		import_org[slot][0] = '\0';
 }
 
 /* The import's result as the answer (201, 404, 409, 422, 500, 503). */
@@ -261,6 +299,14 @@ static bool key_is(const char *b, const struct member *m, const char *name)
 static void check_contact(const char *b, size_t s, size_t e, uint64_t i, struct jerr *err)
 {
 	char msg[JSON_STRICT_ERR];
+
+	if (e - s > CONTACT_TEXT_MAX) { /* by its length, before any parsing */
+		jerr_set(err, 422,
+			 "field contacts[%llu] is %zu bytes of JSON (from byte %zu); a contact may "
+			 "take at most %d",
+			 (unsigned long long)i, e - s, s, CONTACT_TEXT_MAX);
+		return;
+	}
 	cJSON *j = json_strict_parse(b + s, e - s, msg, sizeof(msg));
 
 	if (!j) {
@@ -294,6 +340,8 @@ struct jcreate {
 	bool in_contacts, have_cid, have_contacts, checked;
 	uint64_t idx; /* the next contact's index */
 	struct jerr err;
+	size_t parsed;		    /* bytes parsed by the first pass in this loop turn */
+	int slot;		    /* the import slot taken (slot_take()), -1: none */
 	char *seen[TOP_FIELDS_MAX]; /* the top-level keys so far */
 	unsigned nseen;
 	/* the second pass */
@@ -341,6 +389,12 @@ static void check_member(struct jcreate *j, const struct member *m)
 	const char *b = j->b;
 	struct jerr *err = &j->err;
 	char msg[JSON_STRICT_ERR];
+
+	if (m->key_end - m->key > FIELD_TEXT_MAX) { /* by its length, before any parsing */
+		jerr_set(err, 422, "a field name (from byte %zu) is longer than %d bytes", m->key,
+			 FIELD_TEXT_MAX);
+		return;
+	}
 	cJSON *k = json_strict_parse(b + m->key, m->key_end - m->key, msg, sizeof(msg));
 
 	if (!k || !cJSON_IsString(k)) {
@@ -357,6 +411,15 @@ static void check_member(struct jcreate *j, const struct member *m)
 	else if (!(j->seen[j->nseen++] = strdup(key)))
 		jerr_set(err, 400, "out of memory");
 	if (err->status == 400) {
+		cJSON_Delete(k);
+		return;
+	}
+	if (strcmp(key, "contacts") != 0 && m->val_end - m->val > FIELD_TEXT_MAX) {
+		/* by its length, before any parsing: only the contacts may be long */
+		jerr_set(err, 422, "field %.64s is %zu bytes of JSON; at most %d", key,
+			 m->val_end - m->val, FIELD_TEXT_MAX);
+		if (strcmp(key, "campaign_id") == 0)
+			j->have_cid = true; /* refused above: not "missing" as well */
 		cJSON_Delete(k);
 		return;
 	}
@@ -383,6 +446,7 @@ static void check_member(struct jcreate *j, const struct member *m)
 				 BATCH_IMPORT_MAX_NAME);
 		j->has_name = n >= 0;
 	} else { /* another field (or a null name): checked as JSON, ignored */
+		j->parsed += m->val_end - m->val;
 		cJSON *v = json_strict_parse(b + m->val, m->val_end - m->val, msg, sizeof(msg));
 		if (!v)
 			jerr_set(err, 400, "field %.64s (from byte %zu): %s", key, m->val, msg);
@@ -391,8 +455,8 @@ static void check_member(struct jcreate *j, const struct member *m)
 	cJSON_Delete(k);
 }
 
-/* The first pass, up to budget contacts: the body's shape, each contact parsed alone. Returns
- * true when the pass is over (j->err says how it went). */
+/* The first pass, up to budget contacts or CHECK_BYTES of text parsed: the body's shape, each
+ * contact parsed alone. Returns true when the pass is over (j->err says how it went). */
 static bool check_slice(struct jcreate *j, unsigned budget)
 {
 	struct jerr *err = &j->err;
@@ -403,7 +467,9 @@ static bool check_slice(struct jcreate *j, unsigned budget)
 		if (j->in_contacts) {
 			if ((rc = walk_next(&j->arr, &m)) == 1) {
 				check_contact(j->b, m.val, m.val_end, j->idx++, err);
-				if (--budget == 0)
+				if (m.val_end - m.val <= CONTACT_TEXT_MAX)
+					j->parsed += m.val_end - m.val;
+				if (--budget == 0 || j->parsed >= CHECK_BYTES)
 					return false;
 				continue;
 			}
@@ -434,7 +500,7 @@ static void json_done(const struct batch_import_result *res, void *data)
 {
 	struct jcreate *j = data;
 
-	imports_running--;
+	slot_give(j->slot);
 	if (j->c)
 		answer_result(j->c, res);
 	jfree(j);
@@ -442,7 +508,7 @@ static void json_done(const struct batch_import_result *res, void *data)
 
 static void json_closed(void *data)
 {
-	imports_running--;
+	slot_give(((struct jcreate *)data)->slot);
 	jfree(data);
 }
 
@@ -512,7 +578,7 @@ static void json_checked(struct jcreate *j)
 		jfree(j);
 		return;
 	}
-	if (!slot_take(c)) {
+	if ((j->slot = slot_take(c)) < 0) {
 		jfree(j);
 		return;
 	}
@@ -527,9 +593,9 @@ static void json_checked(struct jcreate *j)
 					  .done_cb = json_done,
 					  .resume_cb = json_resume,
 					  .data = j };
-	int rc = batch_import_new(api_loop(c->api), api_pool(c->api), &o, &j->imp);
+	int rc = batch_import_new(api_loop(c->api), api_import_pool(c->api), &o, &j->imp);
 	if (rc) {
-		imports_running--;
+		slot_give(j->slot);
 		answer_new_failed(c, rc);
 		jfree(j);
 		return;
@@ -543,6 +609,7 @@ static void check_tick(uv_timer_t *t)
 {
 	struct jcreate *j = t->data;
 
+	j->parsed = 0;
 	if (http_request_aborted(j->c->req)) {
 		api_error(j->c, 503, "aborted", "The client went away.");
 		jfree(j);
@@ -573,6 +640,7 @@ void api_batch_create(struct api_call *c)
 		return;
 	}
 	j->c = c;
+	j->slot = -1;
 	j->b = http_request_body(c->req, &j->len);
 	uv_timer_init(api_loop(c->api), &j->tick);
 	j->tick.data = j;
@@ -612,12 +680,13 @@ struct upload {
 	char cb_msg[256];
 	char *pending; /* input taken from the server but not yet parsed (paused) */
 	size_t pending_len, pending_cap;
+	int slot; /* the import slot taken (slot_take()) */
 	struct multipart mp;
 };
 
 static void upload_free(struct upload *u)
 {
-	imports_running--;
+	slot_give(u->slot);
 	free(u->pending);
 	free(u);
 }
@@ -683,7 +752,7 @@ static int upload_start(struct upload *u)
 					  .done_cb = upload_done,
 					  .resume_cb = upload_resume,
 					  .data = u };
-	int rc = batch_import_new(api_loop(c->api), api_pool(c->api), &o, &u->imp);
+	int rc = batch_import_new(api_loop(c->api), api_import_pool(c->api), &o, &u->imp);
 
 	if (rc) {
 		u->imp = NULL;
@@ -1033,7 +1102,7 @@ void api_batch_upload(struct api_call *c)
 			  BATCH_IMPORT_MAX_NAME);
 		return;
 	}
-	if (!slot_take(c)) {
+	if ((u->slot = slot_take(c)) < 0) {
 		free(u);
 		return;
 	}
