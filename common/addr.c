@@ -10,6 +10,22 @@
 #include <string.h>
 #include <strings.h>
 
+bool addr_is_loopback(const char *host)
+{
+	static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	unsigned char b[sizeof(struct in6_addr)];
+
+	if (!host)
+		return false;
+	if (inet_pton(AF_INET, host, b) == 1)
+		return b[0] == 127;
+	if (inet_pton(AF_INET6, host, b) != 1)
+		return false;
+	if (!memcmp(b, mapped, sizeof(mapped)))
+		return b[12] == 127;
+	return !memcmp(b, &in6addr_loopback, sizeof(b));
+}
+
 int addr_hostport_parse(const char *text, char *host, size_t hostlen, int *port)
 {
 	unsigned char bin[sizeof(struct in6_addr)];

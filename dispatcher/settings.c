@@ -2,6 +2,7 @@
 
 #include "addr.h"
 #include "error.h"
+#include "ident.h"
 #include "redis_conn.h"
 
 #include <libpq-fe.h>
@@ -112,11 +113,10 @@ const struct config_setting settings_table[] = {
 	{ "DISPATCHER_OPERATOR_LISTEN", CONFIG_STRING, 0, 0, "127.0.0.1:9464", NULL, NULL, false,
 	  OFF(operator_listen),
 	  "Address of the operator listener (GET /metrics, /healthz, /status: the status page), as "
-	  "DISPATCHER_LISTEN, or "
-	  "off. "
-	  "Keep it on loopback or set DISPATCHER_ADMIN_TOKEN; a port already taken (a second "
-	  "worker "
-	  "of the host) is logged and the worker runs without it." },
+	  "DISPATCHER_LISTEN, or off. Off loopback it needs DISPATCHER_ADMIN_TOKEN (refused at "
+	  "start without it); a port "
+	  "already taken (a second worker of the host) is logged and the worker runs without "
+	  "it." },
 	{ "DISPATCHER_ADMIN_TOKEN", CONFIG_STRING, 0, 0, NULL, NULL, NULL, false, OFF(admin_token),
 	  "When set, the operator routes need Authorization: Bearer <it> (compared in constant "
 	  "time; 401 otherwise); never logged. Unset: the listener's address is the only guard." },
@@ -175,6 +175,13 @@ static int check_text(struct settings *s, char *err, size_t len)
 	    addr_hostport_parse(s->operator_listen, host, sizeof(host), &port) < 0)
 		return refuse(err, len, "DISPATCHER_OPERATOR_LISTEN", s->operator_listen,
 			      "is not host:port (as DISPATCHER_LISTEN) or off");
+	/* /metrics and /healthz answer anyone who reaches the listener when no token is set: off
+	 * loopback, a token is required (dispatcher/worker/operator.h). */
+	if (strcmp(s->operator_listen, "off") != 0 && !addr_is_loopback(host) &&
+	    !(s->admin_token && s->admin_token[0]))
+		return refuse(err, len, "DISPATCHER_OPERATOR_LISTEN", s->operator_listen,
+			      "is not a loopback address and DISPATCHER_ADMIN_TOKEN is unset: set "
+			      "the token, or listen on 127.0.0.1 / [::1], or off");
 	if (s->redis_url && redis_url_parse(s->redis_url, &r) < 0)
 		return refuse(err, len, "REDIS_URL", s->redis_url,
 			      "is not redis://[user[:password]@]host[:port][/db] or "
@@ -192,10 +199,7 @@ static int check_text(struct settings *s, char *err, size_t len)
 	}
 	/* It names leases, the hand-off's Redis keys and the elections: the worker's parts refuse
 	 * anything else (they used to fail the start with "cannot build: Invalid argument"). */
-	if (s->worker_id &&
-	    (strlen(s->worker_id) > 64 ||
-	     strspn(s->worker_id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-				  "0123456789_-") != strlen(s->worker_id)))
+	if (s->worker_id && !ident_ok(s->worker_id))
 		return refuse(err, len, "DISPATCHER_WORKER_ID", s->worker_id,
 			      "is not 1 to 64 letters, digits, _ or -");
 	return 0;

@@ -74,24 +74,26 @@ url=http://127.0.0.1:$port
 {
 	echo "# bench/api/run.sh — $(date -u '+%F %T UTC'), commit $(git -C "$root" rev-parse --short HEAD)," \
 		"$(nproc) CPUs, load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "# wrk -t2 -c$conns -d$dur; one worker (DISPATCHER_ROLE=api)"
+	echo "# wrk -t1 -c$conns -d$dur (batches: -c1); one worker (DISPATCHER_ROLE=api)"
 } >"$table"
-bench() { # name path script
-	local name=$1 path=$2 script=$3
+bench() { # name path script [connections]
+	local name=$1 path=$2 script=$3 c=${4:-$conns}
 	if [ "$script" = get.lua ]; then # one request first: what the benchmark is measuring
 		echo "# $name: $(curl -s -w ' -> HTTP %{http_code}' -H "Authorization: Bearer $API_KEY" \
 			"$url$path" | head -c 400)" >>"$table"
 	fi
-	wrk -t2 -c"$conns" -d"$dur" --latency -s "$root/bench/api/$script" "$url$path" >"$tmp/wrk.txt" 2>&1
+	wrk -t1 -c"$c" -d"$dur" --latency -s "$root/bench/api/$script" "$url$path" >"$tmp/wrk.txt" 2>&1
 	local rps lat
 	rps=$(sed -n 's/^Requests\/sec:[[:space:]]*//p' "$tmp/wrk.txt")
 	lat=$(grep '^latency p50' "$tmp/wrk.txt")
-	printf '%-34s %10s req/s   %s\n' "$name" "$rps" "$lat" | tee -a "$table"
+	printf '%-34s %10s req/s   c=%-3s %s\n' "$name" "$rps" "$c" "$lat" | tee -a "$table"
 	cp "$tmp/wrk.txt" "$out/api-$stamp-$name.wrk.txt"
 }
 bench capacity /api/v1/campaigns/cmp-a/capacity get.lua
 bench user_me /v2/user/me get.lua
-bench batches_json_1000 /v2/batches batch.lua
+# One import at a time per organisation (dispatcher/api/README.md "Creating batches"): one
+# connection, so every request is an import rather than a 503 imports_busy.
+bench batches_json_1000 /v2/batches batch.lua 1
 echo "# worker peak RSS after the wrk runs: $(hwm_kib) KiB" >>"$table"
 stop_worker
 

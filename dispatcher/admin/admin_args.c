@@ -1,6 +1,8 @@
 /* `dispatcher admin` options (admin_args.h): pure. */
 #include "admin_args.h"
 
+#include "ident.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,15 +29,6 @@ static void shown(const char *v, char *out, size_t cap)
 		n += 3;
 	}
 	out[n] = '\0';
-}
-
-static bool is_id(const char *v)
-{
-	size_t n = strlen(v);
-
-	if (n < 1 || n > 64)
-		return false;
-	return strspn(v, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-") == n;
 }
 
 /* Length of the UTF-8 sequence at s (1..4), or 0 when it is not valid UTF-8. */
@@ -102,7 +95,7 @@ static bool check(const struct admin_opt *o, const char *v, char buf[24], const 
 	*val = v;
 	switch (o->type) {
 	case ADMIN_ID:
-		return is_id(v);
+		return ident_ok(v);
 	case ADMIN_NAME:
 		return is_name(v);
 	case ADMIN_E164:

@@ -17,6 +17,7 @@
 #include "csv.h"
 #include "e164.h"
 #include "error.h"
+#include "ident.h"
 #include "json_strict.h"
 #include "log.h"
 
@@ -181,19 +182,6 @@ static bool utf8_valid(const char *s, size_t len)
 			if (p >= end || *p < lo || *p++ > hi)
 				return false;
 	}
-	return true;
-}
-
-static bool id_ok(const char *id)
-{
-	size_t n = id ? strlen(id) : 0;
-
-	if (n < 1 || n > 64)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') ||
-		      (id[i] >= '0' && id[i] <= '9') || id[i] == '_' || id[i] == '-'))
-			return false;
 	return true;
 }
 
@@ -1153,7 +1141,7 @@ int batch_import_new(uv_loop_t *loop, struct pg_pool *pool, const struct batch_i
 		     struct batch_import **out)
 {
 	if (!loop || !pool || !opts || !out || !opts->done_cb || !opts->resume_cb ||
-	    !id_ok(opts->org_id) || !opts->campaign_id ||
+	    !ident_ok(opts->org_id) || !opts->campaign_id ||
 	    (opts->source != BATCH_IMPORT_JSON && opts->source != BATCH_IMPORT_CSV))
 		return -EINVAL;
 	size_t name_len = opts->name ? strlen(opts->name) : 0;
@@ -1165,7 +1153,7 @@ int batch_import_new(uv_loop_t *loop, struct pg_pool *pool, const struct batch_i
 	imp->loop = loop;
 	imp->pool = pool;
 	int rc = set_up(imp, opts);
-	if (rc == 0 && id_ok(opts->campaign_id)) {
+	if (rc == 0 && ident_ok(opts->campaign_id)) {
 		rc = pg_pool_begin(pool,
 				   &(struct pg_txn_options){ .timeout_ms = imp->opts.timeout_ms },
 				   begin_cb, imp);

@@ -1,6 +1,7 @@
 /* The API rate limiter's Redis side: the client of ratelimit.lua (ratelimit_redis.h). */
 #include "ratelimit_redis.h"
 
+#include "ident.h"
 #include "list.h"
 #include "log.h"
 
@@ -43,21 +44,6 @@ struct check {
 	ratelimit_redis_cb cb;
 	void *data;
 };
-
-static bool org_ok(const char *s)
-{
-	size_t n = s ? strlen(s) : 0;
-
-	if (n == 0 || n > RATELIMIT_REDIS_ORG_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '-'))
-			return false;
-	}
-	return true;
-}
 
 static int64_t wall_ms(void)
 {
@@ -104,7 +90,7 @@ int ratelimit_redis_key(const char *org, enum ratelimit_bucket bucket, char *buf
 	const char *name = ratelimit_bucket_name(bucket);
 	int n;
 
-	if (!org_ok(org) || !name || !buf)
+	if (!ident_ok_max(org, RATELIMIT_REDIS_ORG_MAX) || !name || !buf)
 		return -EINVAL;
 	n = snprintf(buf, size, "dsp:v1:{o:%s}:rl:%s", org, name);
 	return n < 0 || (size_t)n >= size ? -ENOSPC : n;

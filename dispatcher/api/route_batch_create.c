@@ -6,7 +6,8 @@
  * without ever building its whole tree: a first pass checks the shape (strict JSON, each contact
  * parsed alone with json_strict_parse() and freed), so a malformed body is refused before any
  * database work; a second pass walks the contacts' text and hands each to batch_import_add(),
- * pausing when the importer says so. Memory: the body, plus one contact's tree at a time.
+ * pausing when the importer says so. Memory: the body, plus one contact's tree at a time. Both
+ * passes are batch_body.h's (no I/O, fuzzed); this file slices the first over loop turns.
  *
  * CSV: multipart/form-data (a file part named *.csv of type text/csv) or a raw text/csv body,
  * parsed as it arrives (multipart.h) and fed to batch_import_feed(), pausing when it says so.
@@ -14,11 +15,13 @@
  * Each import holds a pool connection for its whole length: at most imports_cap() run at once
  * in a process; beyond, 503 with Retry-After. */
 #include "api_int.h"
+#include "batch_body.h"
 #include "batch_import.h"
 #include "json_strict.h"
 #include "log.h"
 #include "multipart.h"
 #include "pg_pool.h"
+#include "query.h"
 
 #include <openssl/crypto.h> /* OPENSSL_cleanse */
 
@@ -29,15 +32,9 @@
 #include <string.h>
 #include <strings.h>
 
-#define BUSY_RETRY_S   "5"  /* Retry-After of the 503 when that many run */
-#define TOP_FIELDS_MAX 32   /* fields of the JSON body's object */
-#define VALUE_BYTES    256  /* a query parameter or form field, decoded */
-#define CHECK_SLICE    2000 /* contacts checked per loop turn by the JSON route's first pass */
-#define CHECK_BYTES    ((size_t)1 << 20) /* ... and bytes of them parsed per loop turn */
-/* A contact's JSON text, at most: its variables' limit and room for the phone and the keys.
- * Refused by length before it is parsed (a 64 MiB contact parsed whole took 2.5 GiB). */
-#define CONTACT_TEXT_MAX (BATCH_IMPORT_MAX_VARIABLES + 1024)
-#define FIELD_TEXT_MAX	 4096 /* another top-level field's text (or a field name), at most */
+#define BUSY_RETRY_S "5"  /* Retry-After of the 503 when that many run */
+#define VALUE_BYTES  256  /* a query parameter or form field, decoded */
+#define CHECK_SLICE  2000 /* contacts checked per loop turn by the JSON route's first pass */
 
 /* The imports running in this process (the loop's thread only): each holds one connection of
  * the API's import pool for its whole length, so at most the pool's size run at once, and at
@@ -164,193 +161,18 @@ static bool ends_with_csv(const char *name)
 
 /* ==== JSON: POST /v2/batches ==== */
 
-/* What the first pass found, or its first error (a 400 wins over a 422). */
-struct jerr {
-	int status; /* 0: none */
-	char msg[256];
-};
-
-static void jerr_set(struct jerr *e, int status, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void jerr_set(struct jerr *e, int status, const char *fmt, ...)
-{
-	va_list ap;
-
-	if (e->status == 400 || (e->status && status != 400))
-		return; /* the first 400, else the first 422 */
-	e->status = status;
-	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
-	va_end(ap);
-}
-
-static size_t skip_ws(const char *b, size_t len, size_t i)
-{
-	while (i < len && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r'))
-		i++;
-	return i;
-}
-
-/* One past the end of the JSON value that starts at b[i], or 0 when none ends before len. It
- * finds the extent only (strings with their escapes, nested brackets counted): the value's
- * grammar is json_strict_parse()'s to check. */
-static size_t value_end(const char *b, size_t len, size_t i)
-{
-	size_t depth = 0, j;
-
-	if (i >= len)
-		return 0;
-	if (b[i] != '"' && b[i] != '{' && b[i] != '[') { /* a number, true, false, null */
-		for (j = i; j < len && b[j] && !strchr(" \t\r\n,]}:[{\"", b[j]); j++)
-			;
-		return j > i ? j : 0;
-	}
-	for (j = i; j < len; j++) {
-		char ch = b[j];
-		if (ch == '"') {
-			for (j++; j < len && b[j] != '"'; j++)
-				if (b[j] == '\\')
-					j++;
-			if (j >= len)
-				return 0;
-			if (depth == 0)
-				return j + 1;
-		} else if (ch == '{' || ch == '[') {
-			depth++;
-		} else if ((ch == '}' || ch == ']') && --depth == 0) {
-			return j + 1;
-		}
-	}
-	return 0;
-}
-
-/* Walks the members of an object or the elements of an array in b[0..len), pos just after its
- * opening bracket. */
-struct walk {
-	const char *b;
-	size_t len, pos;
-	bool first;
-	char close; /* '}' or ']' */
-};
-
-struct member {
-	size_t key, key_end; /* the key's text, quotes included (objects only) */
-	size_t val, val_end;
-};
-
-/* Returns 1 (a member in *m), 0 (the closing bracket, consumed) or -1 (malformed at w->pos). */
-static int walk_next(struct walk *w, struct member *m)
-{
-	const char *b = w->b;
-	size_t p = skip_ws(b, w->len, w->pos);
-
-	if (p < w->len && b[p] == w->close && w->first) {
-		w->pos = p + 1;
-		return 0;
-	}
-	if (!w->first) {
-		if (p < w->len && b[p] == w->close) {
-			w->pos = p + 1;
-			return 0;
-		}
-		if (p >= w->len || b[p] != ',') {
-			w->pos = p;
-			return -1;
-		}
-		p = skip_ws(b, w->len, p + 1);
-	}
-	w->first = false;
-	if (w->close == '}') {
-		if (p >= w->len || b[p] != '"' || !(m->key_end = value_end(b, w->len, p))) {
-			w->pos = p;
-			return -1;
-		}
-		m->key = p;
-		p = skip_ws(b, w->len, m->key_end);
-		if (p >= w->len || b[p] != ':') {
-			w->pos = p;
-			return -1;
-		}
-		p = skip_ws(b, w->len, p + 1);
-	}
-	if (!(m->val_end = value_end(b, w->len, p))) {
-		w->pos = p;
-		return -1;
-	}
-	m->val = p;
-	w->pos = m->val_end;
-	return 1;
-}
-
-/* Whether the member's key is name (a key with escapes is decoded first). */
-static bool key_is(const char *b, const struct member *m, const char *name)
-{
-	size_t n = m->key_end - m->key - 2, nlen = strlen(name);
-
-	if (!memchr(b + m->key, '\\', m->key_end - m->key))
-		return n == nlen && memcmp(b + m->key + 1, name, n) == 0;
-	cJSON *k = cJSON_ParseWithLength(b + m->key, m->key_end - m->key);
-	bool eq = cJSON_IsString(k) && strcmp(k->valuestring, name) == 0;
-	cJSON_Delete(k);
-	return eq;
-}
-
-/* The first pass's check of one contact (index i, text b[s..e)). */
-static void check_contact(const char *b, size_t s, size_t e, uint64_t i, struct jerr *err)
-{
-	char msg[JSON_STRICT_ERR];
-
-	if (e - s > CONTACT_TEXT_MAX) { /* by its length, before any parsing */
-		jerr_set(err, 422,
-			 "field contacts[%llu] is %zu bytes of JSON (from byte %zu); a contact may "
-			 "take at most %d",
-			 (unsigned long long)i, e - s, s, CONTACT_TEXT_MAX);
-		return;
-	}
-	cJSON *j = json_strict_parse(b + s, e - s, msg, sizeof(msg));
-
-	if (!j) {
-		jerr_set(err, 400, "contacts[%llu] (from byte %zu): %s", (unsigned long long)i, s,
-			 msg);
-		return;
-	}
-	const cJSON *phone = cJSON_GetObjectItemCaseSensitive(j, "phone");
-	const cJSON *vars = cJSON_GetObjectItemCaseSensitive(j, "variables");
-	if (!cJSON_IsObject(j))
-		jerr_set(err, 422, "field contacts[%llu] must be an object", (unsigned long long)i);
-	else if (!phone)
-		jerr_set(err, 422, "field contacts[%llu].phone is missing", (unsigned long long)i);
-	else if (!cJSON_IsString(phone))
-		jerr_set(err, 422, "field contacts[%llu].phone must be a string",
-			 (unsigned long long)i);
-	else if (vars && !cJSON_IsNull(vars) && !cJSON_IsObject(vars))
-		jerr_set(err, 422, "field contacts[%llu].variables must be an object",
-			 (unsigned long long)i);
-	cJSON_Delete(j);
-}
-
 struct jcreate {
 	struct api_call *c; /* NULL once answered */
 	struct batch_import *imp;
-	uv_timer_t tick; /* the first pass, a slice per loop turn */
-	const char *b;	 /* the body (the request's, valid until the answer) */
-	size_t len;
-	/* the first pass */
-	struct walk top, arr; /* the body's object; the contacts array while in it */
-	bool in_contacts, have_cid, have_contacts, checked;
-	uint64_t idx; /* the next contact's index */
-	struct jerr err;
-	size_t parsed;		    /* bytes parsed by the first pass in this loop turn */
-	int slot;		    /* the import slot taken (slot_take()), -1: none */
-	char *seen[TOP_FIELDS_MAX]; /* the top-level keys so far */
-	unsigned nseen;
-	/* the second pass */
-	size_t arr_at;	      /* the contacts array's '[' */
-	struct walk contacts; /* its walk */
-	bool has_name;
-	char campaign_id[VALUE_BYTES];
-	char name[BATCH_IMPORT_MAX_NAME + 1];
+	uv_timer_t tick;		 /* the first pass, a slice per loop turn */
+	struct batch_body body;		 /* the first pass (over the request's body) */
+	struct batch_body_walk contacts; /* the second pass */
+	int slot;			 /* the import slot taken (slot_take()), -1: none */
 };
+
+_Static_assert(BATCH_BODY_NAME_MAX == BATCH_IMPORT_MAX_NAME, "batch_body.h's name is the import's");
+_Static_assert(BATCH_BODY_CONTACT_MAX == BATCH_IMPORT_MAX_VARIABLES + 1024,
+	       "batch_body.h's contact is the import's variables and 1 KiB");
 
 static void jfree_cb(uv_handle_t *h)
 {
@@ -359,141 +181,8 @@ static void jfree_cb(uv_handle_t *h)
 
 static void jfree(struct jcreate *j)
 {
-	for (unsigned i = 0; i < j->nseen; i++)
-		free(j->seen[i]);
-	j->nseen = 0;
+	batch_body_deinit(&j->body);
 	uv_close((uv_handle_t *)&j->tick, jfree_cb);
-}
-
-/* A top-level string field (b[s..e)) into out. Returns the length, or -1 (err set). */
-static long string_field(const char *b, size_t s, size_t e, const char *field, char *out,
-			 size_t size, struct jerr *err)
-{
-	char msg[JSON_STRICT_ERR];
-	cJSON *j = json_strict_parse(b + s, e - s, msg, sizeof(msg));
-	long n = -1;
-
-	if (!j)
-		jerr_set(err, 400, "field %s (from byte %zu): %s", field, s, msg);
-	else if (!cJSON_IsString(j))
-		jerr_set(err, 422, "field %s must be a string", field);
-	else /* cut to fit: the caller judges the length returned */
-		n = (long)strlen(j->valuestring), snprintf(out, size, "%s", j->valuestring);
-	cJSON_Delete(j);
-	return n;
-}
-
-/* One top-level member of the body (m). */
-static void check_member(struct jcreate *j, const struct member *m)
-{
-	const char *b = j->b;
-	struct jerr *err = &j->err;
-	char msg[JSON_STRICT_ERR];
-
-	if (m->key_end - m->key > FIELD_TEXT_MAX) { /* by its length, before any parsing */
-		jerr_set(err, 422, "a field name (from byte %zu) is longer than %d bytes", m->key,
-			 FIELD_TEXT_MAX);
-		return;
-	}
-	cJSON *k = json_strict_parse(b + m->key, m->key_end - m->key, msg, sizeof(msg));
-
-	if (!k || !cJSON_IsString(k)) {
-		jerr_set(err, 400, "a field name (from byte %zu): %s", m->key, msg);
-		cJSON_Delete(k);
-		return;
-	}
-	const char *key = k->valuestring;
-	for (unsigned i = 0; i < j->nseen; i++)
-		if (strcmp(j->seen[i], key) == 0)
-			jerr_set(err, 400, "field %.64s appears twice", key);
-	if (j->nseen == TOP_FIELDS_MAX)
-		jerr_set(err, 400, "the body has more than %d fields", TOP_FIELDS_MAX);
-	else if (!(j->seen[j->nseen++] = strdup(key)))
-		jerr_set(err, 400, "out of memory");
-	if (err->status == 400) {
-		cJSON_Delete(k);
-		return;
-	}
-	if (strcmp(key, "contacts") != 0 && m->val_end - m->val > FIELD_TEXT_MAX) {
-		/* by its length, before any parsing: only the contacts may be long */
-		jerr_set(err, 422, "field %.64s is %zu bytes of JSON; at most %d", key,
-			 m->val_end - m->val, FIELD_TEXT_MAX);
-		if (strcmp(key, "campaign_id") == 0)
-			j->have_cid = true; /* refused above: not "missing" as well */
-		cJSON_Delete(k);
-		return;
-	}
-	if (strcmp(key, "contacts") == 0) {
-		j->have_contacts = true;
-		if (b[m->val] != '[') {
-			jerr_set(err, 422, "field contacts must be an array");
-		} else {
-			j->arr_at = m->val;
-			j->arr = (struct walk){ .b = b,
-						.len = m->val_end,
-						.pos = m->val + 1,
-						.first = true,
-						.close = ']' };
-			j->in_contacts = true; /* walked by check_slice() */
-		}
-	} else if (strcmp(key, "campaign_id") == 0) {
-		j->have_cid = string_field(b, m->val, m->val_end, "campaign_id", j->campaign_id,
-					   sizeof(j->campaign_id), err) >= 0;
-	} else if (strcmp(key, "name") == 0 && b[m->val] != 'n') { /* null: no name */
-		long n = string_field(b, m->val, m->val_end, "name", j->name, sizeof(j->name), err);
-		if (n > BATCH_IMPORT_MAX_NAME)
-			jerr_set(err, 422, "field name is longer than %d bytes",
-				 BATCH_IMPORT_MAX_NAME);
-		j->has_name = n >= 0;
-	} else { /* another field (or a null name): checked as JSON, ignored */
-		j->parsed += m->val_end - m->val;
-		cJSON *v = json_strict_parse(b + m->val, m->val_end - m->val, msg, sizeof(msg));
-		if (!v)
-			jerr_set(err, 400, "field %.64s (from byte %zu): %s", key, m->val, msg);
-		cJSON_Delete(v);
-	}
-	cJSON_Delete(k);
-}
-
-/* The first pass, up to budget contacts or CHECK_BYTES of text parsed: the body's shape, each
- * contact parsed alone. Returns true when the pass is over (j->err says how it went). */
-static bool check_slice(struct jcreate *j, unsigned budget)
-{
-	struct jerr *err = &j->err;
-	struct member m;
-	int rc;
-
-	while (err->status != 400) {
-		if (j->in_contacts) {
-			if ((rc = walk_next(&j->arr, &m)) == 1) {
-				check_contact(j->b, m.val, m.val_end, j->idx++, err);
-				if (m.val_end - m.val <= CONTACT_TEXT_MAX)
-					j->parsed += m.val_end - m.val;
-				if (--budget == 0 || j->parsed >= CHECK_BYTES)
-					return false;
-				continue;
-			}
-			if (rc < 0)
-				jerr_set(err, 400, "invalid JSON at byte %zu", j->arr.pos);
-			j->in_contacts = false;
-			continue;
-		}
-		if ((rc = walk_next(&j->top, &m)) == 1) {
-			check_member(j, &m);
-			continue;
-		}
-		size_t p;
-		if (rc < 0)
-			jerr_set(err, 400, "invalid JSON at byte %zu", j->top.pos);
-		else if ((p = skip_ws(j->b, j->len, j->top.pos)) < j->len)
-			jerr_set(err, 400, "trailing bytes after the JSON value at byte %zu", p);
-		break;
-	}
-	if (!j->have_cid)
-		jerr_set(err, 422, "field campaign_id is missing");
-	if (!j->have_contacts)
-		jerr_set(err, 422, "field contacts is missing");
-	return true;
 }
 
 static void json_done(const struct batch_import_result *res, void *data)
@@ -515,7 +204,7 @@ static void json_closed(void *data)
 /* The second pass: each contact to the importer, until it asks for a pause or the end. */
 static void json_feed(struct jcreate *j)
 {
-	struct member m, f;
+	struct batch_body_contact k;
 	int rc;
 
 	while (!batch_import_settled(j->imp)) {
@@ -525,32 +214,10 @@ static void json_feed(struct jcreate *j)
 			batch_import_abort(j->imp, json_closed, j);
 			return;
 		}
-		if ((rc = walk_next(&j->contacts, &m)) != 1)
-			break; /* the end (the first pass vouched for the shape) */
-		struct walk o = {
-			.b = j->b, .len = m.val_end, .pos = m.val + 1, .first = true, .close = '}'
-		};
-		const char *phone = "", *vars = NULL;
-		size_t plen = 0, vlen = 0;
-		cJSON *decoded = NULL;
-		while (walk_next(&o, &f) == 1) {
-			if (key_is(j->b, &f, "phone")) {
-				phone = j->b + f.val + 1;
-				plen = f.val_end - f.val - 2;
-				if (memchr(phone, '\\', plen)) { /* escapes: decoded */
-					cJSON_Delete(decoded);
-					decoded = cJSON_ParseWithLength(j->b + f.val,
-									f.val_end - f.val);
-					phone = cJSON_IsString(decoded) ? decoded->valuestring : "";
-					plen = strlen(phone);
-				}
-			} else if (key_is(j->b, &f, "variables") && j->b[f.val] != 'n') {
-				vars = j->b + f.val;
-				vlen = f.val_end - f.val;
-			}
-		}
-		rc = batch_import_add(j->imp, phone, plen, vars, vlen);
-		cJSON_Delete(decoded);
+		if (!batch_body_next(&j->contacts, &k))
+			break; /* the end */
+		rc = batch_import_add(j->imp, k.phone, k.phone_len, k.vars, k.vars_len);
+		batch_body_contact_deinit(&k);
 		if (rc == BATCH_IMPORT_PAUSE)
 			return; /* json_resume() goes on */
 	}
@@ -567,13 +234,13 @@ static void json_checked(struct jcreate *j)
 {
 	struct api_call *c = j->c;
 
-	if (j->err.status) {
-		api_error(c, j->err.status,
-			  j->err.status == 400 ? "bad_request" : "invalid_request", j->err.msg);
+	if (j->body.status) {
+		api_error(c, j->body.status,
+			  j->body.status == 400 ? "bad_request" : "invalid_request", j->body.msg);
 		jfree(j);
 		return;
 	}
-	if (strlen(j->campaign_id) >= API_ID_SIZE) { /* not an id: no such campaign */
+	if (strlen(j->body.campaign_id) >= API_ID_SIZE) { /* not an id: no such campaign */
 		api_not_found(c, "campaign", "(an over-long id)");
 		jfree(j);
 		return;
@@ -582,12 +249,10 @@ static void json_checked(struct jcreate *j)
 		jfree(j);
 		return;
 	}
-	j->contacts = (struct walk){
-		.b = j->b, .len = j->len, .pos = j->arr_at + 1, .first = true, .close = ']'
-	};
+	batch_body_contacts(&j->body, &j->contacts);
 	struct batch_import_options o = { .org_id = c->key.org.id,
-					  .campaign_id = j->campaign_id,
-					  .name = j->has_name ? j->name : NULL,
+					  .campaign_id = j->body.campaign_id,
+					  .name = j->body.has_name ? j->body.name : NULL,
 					  .source = BATCH_IMPORT_JSON,
 					  .pending_ceiling = c->key.org.pending_ceiling,
 					  .done_cb = json_done,
@@ -609,11 +274,10 @@ static void check_tick(uv_timer_t *t)
 {
 	struct jcreate *j = t->data;
 
-	j->parsed = 0;
 	if (http_request_aborted(j->c->req)) {
 		api_error(j->c, 503, "aborted", "The client went away.");
 		jfree(j);
-	} else if (check_slice(j, CHECK_SLICE)) {
+	} else if (batch_body_check(&j->body, CHECK_SLICE)) {
 		json_checked(j);
 	} else {
 		uv_timer_start(&j->tick, check_tick, 0, 0);
@@ -641,18 +305,14 @@ void api_batch_create(struct api_call *c)
 	}
 	j->c = c;
 	j->slot = -1;
-	j->b = http_request_body(c->req, &j->len);
 	uv_timer_init(api_loop(c->api), &j->tick);
 	j->tick.data = j;
-	size_t p = skip_ws(j->b, j->len, 0);
-	if (p >= j->len || j->b[p] != '{') {
-		jerr_set(&j->err, 400, "the body must be a JSON object (byte %zu)", p);
+	size_t len;
+	const char *body = http_request_body(c->req, &len);
+	if (batch_body_init(&j->body, body, len)) { /* not an object: the 400 at once */
 		json_checked(j);
 		return;
 	}
-	j->top = (struct walk){
-		.b = j->b, .len = j->len, .pos = p + 1, .first = true, .close = '}'
-	};
 	check_tick(&j->tick);
 }
 
@@ -985,44 +645,6 @@ static void on_body(struct http_request *req, const char *buf, size_t len, int s
 	upload_maybe_free(u);
 }
 
-/* Percent-decodes query parameter name of q into out. Returns 1 (found), 0 (absent), -EINVAL
- * (bad encoding, a NUL, or given twice) or -E2BIG. */
-static int query_param(const char *q, const char *name, char *out, size_t size)
-{
-	size_t nlen = strlen(name);
-	int found = 0;
-
-	while (q && *q) {
-		const char *amp = strchr(q, '&'), *end = amp ? amp : q + strlen(q);
-		if ((size_t)(end - q) > nlen && strncmp(q, name, nlen) == 0 && q[nlen] == '=') {
-			size_t o = 0;
-			if (found)
-				return -EINVAL;
-			found = 1;
-			for (const char *p = q + nlen + 1; p < end; p++) {
-				int ch = (unsigned char)*p;
-				if (ch == '+') {
-					ch = ' ';
-				} else if (ch == '%') {
-					unsigned v;
-					if (end - p < 3 || sscanf(p + 1, "%2x", &v) != 1 ||
-					    !strchr("0123456789abcdefABCDEF", p[1]) ||
-					    !strchr("0123456789abcdefABCDEF", p[2]) || v == 0)
-						return -EINVAL;
-					ch = (int)v;
-					p += 2;
-				}
-				if (o + 1 >= size)
-					return -E2BIG;
-				out[o++] = (char)ch;
-			}
-			out[o] = '\0';
-		}
-		q = amp ? amp + 1 : NULL;
-	}
-	return found;
-}
-
 void api_batch_upload(struct api_call *c)
 {
 	char mt[64], param[256], fname[256];
@@ -1045,19 +667,21 @@ void api_batch_upload(struct api_call *c)
 	}
 	u->c = c;
 	u->multipart = multipart;
-	if ((rc = query_param(query, "campaign_id", u->campaign_id, sizeof(u->campaign_id))) < 0 ||
-	    (u->has_cid = u->cid_query = rc > 0,
-	     (rc = query_param(query, "name", u->name, sizeof(u->name))) < 0) ||
-	    (u->has_name = u->name_query = rc > 0,
-	     (rc = query_param(query, "filename", fname, sizeof(fname))) < 0)) {
+	/* The query as every route's (query.h): unknown, repeated, empty or badly encoded names
+	 * are 400 invalid_parameter naming the parameter. */
+	struct query_param qp[] = { { .name = "campaign_id" },
+				    { .name = "name" },
+				    { .name = "filename" } };
+	if (query_parse(query, qp, 3, param, sizeof(param))) {
 		free(u);
-		api_error(c, rc == -E2BIG ? 422 : 400,
-			  rc == -E2BIG ? "invalid_request" : "bad_request",
-			  rc == -E2BIG ? "a query parameter is too long"
-				       : "a query parameter is malformed (percent-encoding, a NUL) "
-					 "or given twice");
+		api_error(c, 400, "invalid_parameter", param);
 		return;
 	}
+	u->has_cid = u->cid_query = qp[0].set;
+	u->has_name = u->name_query = qp[1].set;
+	snprintf(u->campaign_id, sizeof(u->campaign_id), "%s", qp[0].value);
+	snprintf(u->name, sizeof(u->name), "%s", qp[1].value);
+	snprintf(fname, sizeof(fname), "%s", qp[2].value);
 	if (multipart) {
 		if (!multipart_param(ct, "boundary", param, sizeof(param)) ||
 		    multipart_init(&u->mp, param, &mp_cbs, u)) {
@@ -1069,7 +693,7 @@ void api_batch_upload(struct api_call *c)
 	} else {
 		const char *cd = http_request_header(c->req, "Content-Disposition");
 		bool named =
-			rc > 0 || (cd && multipart_param(cd, "filename", fname, sizeof(fname)));
+			qp[2].set || (cd && multipart_param(cd, "filename", fname, sizeof(fname)));
 		if ((named && !ends_with_csv(fname)) ||
 		    (multipart_param(ct, "charset", param, sizeof(param)) &&
 		     strcasecmp(param, "utf-8") != 0 && strcasecmp(param, "us-ascii") != 0)) {

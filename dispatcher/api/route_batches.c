@@ -24,6 +24,8 @@
  */
 #include "api_int.h"
 
+#include "ident.h"
+#include "query.h"
 #include "pg_pool.h"
 
 #include <libpq-fe.h>
@@ -46,21 +48,29 @@
 
 /* Columns 0..7: id, campaign_id, name, status, source, total_contacts, created_at, updated_at;
  * 8: created_at in µs since the epoch (the cursor). $1 org, $2 campaign_id or NULL, $3 status or
- * NULL, $4 cursor µs or NULL, $5 cursor id, $6 rows. */
+ * NULL, $4 cursor µs or NULL, $5 cursor id, $6 rows.
+ *
+ * One keyset walk of batches_org_list_idx, newest first, stopped by the LIMIT. A status filter
+ * is first the stored status (exact for paused and stopped; active for active and completed),
+ * so no contact is probed for a batch of another stored status; the derived test (one probe of
+ * contacts_batch_state_idx) runs only on stored-active batches when active or completed is
+ * asked. Bound (README "GET /v2/batches"): a page walks the organisation's batches older than
+ * the cursor until limit + 1 match. */
 static const char SQL_LIST[] =
-	"SELECT * FROM (SELECT b.id, b.campaign_id, b.name, " SQL_STATUS " AS status, b.source,"
-	" b.total_contacts, " SQL_TS("b.created_at") ", " SQL_TS(
+	"SELECT b.id, b.campaign_id, b.name, " SQL_STATUS
+	", b.source, b.total_contacts, " SQL_TS("b.created_at") ", " SQL_TS(
 		"b.updated_at") ","
-				" (extract(epoch FROM b.created_at) * 1000000)::bigint, "
-				"b.created_at AS ca"
-				" FROM batches b WHERE b.org_id = $1 AND ($2::text IS NULL OR "
-				"b.campaign_id = $2)"
+				" (extract(epoch FROM b.created_at) * 1000000)::bigint"
+				" FROM batches b WHERE b.org_id = $1"
+				" AND ($2::text IS NULL OR b.campaign_id = $2)"
+				" AND ($3::text IS NULL OR b.status = (CASE $3 WHEN "
+				"'completed' THEN 'active' ELSE $3 END)::batch_status)"
 				" AND ($4::bigint IS NULL OR (b.created_at, b.id) <"
-				" ('epoch'::timestamptz + $4::bigint * interval '1 microsecond', "
-				"$5::text))"
-				" ORDER BY b.created_at DESC, b.id DESC) l"
-				" WHERE $3::text IS NULL OR l.status = $3 ORDER BY l.ca DESC, l.id "
-				"DESC LIMIT $6";
+				" ('epoch'::timestamptz + $4::bigint * interval '1 "
+				"microsecond', $5::text))"
+				" AND ($3::text IS NULL OR $3 IN ('paused', 'stopped') OR "
+				"(" SQL_STATUS ") = $3)"
+				" ORDER BY b.created_at DESC, b.id DESC LIMIT $6";
 
 /* Columns 0..7 as SQL_LIST's; 8..15 contacts pending, claimed, dialing, live, done, failed,
  * cancelled, held; 16 the sum of attempts (calls that reached an outcome, D5). One pass over
@@ -114,19 +124,6 @@ static const struct {
 	[CTL_RESUME] = { "resume", SQL_TRANSITION("'paused'", "active", "'held'", "pending"),
 			 "active" },
 };
-
-static bool id_ok(const char *s)
-{
-	size_t n = s ? strlen(s) : 0;
-
-	if (n < 1 || n > 64)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= 'a' && s[i] <= 'z') ||
-		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_' || s[i] == '-'))
-			return false;
-	return true;
-}
 
 /* ---- one batch ---- */
 
@@ -229,7 +226,7 @@ static void get_batch(struct api_call *c)
 {
 	const char *id = http_request_param(c->req, "batch_id");
 
-	if (!id_ok(id)) { /* no batch has such an id */
+	if (!ident_ok(id)) { /* no batch has such an id */
 		api_not_found(c, "batch", id ? id : "");
 		return;
 	}
@@ -289,7 +286,7 @@ static void control(struct api_call *c, enum ctl k)
 	struct ctl_req *q;
 	int rc;
 
-	if (!id_ok(id)) {
+	if (!ident_ok(id)) {
 		api_not_found(c, "batch", id ? id : "");
 		return;
 	}
@@ -325,106 +322,37 @@ static void resume_batch(struct api_call *c)
 
 /* ---- the list ---- */
 
+enum { LQ_LIMIT, LQ_CURSOR, LQ_CAMPAIGN, LQ_STATUS, LQ_N };
+
 struct list_q {
-	char limit[12], campaign[API_ID_SIZE], status[16], cursor_us[24], cursor_id[API_ID_SIZE];
-	bool has_limit, has_campaign, has_status, has_cursor;
+	struct query_param p[LQ_N];
+	char cursor_us[QUERY_US_SIZE], cursor_id[IDENT_MAX + 1];
 	unsigned rows;
 };
 
-static bool digits(const char *s, size_t n, size_t max)
-{
-	if (n < 1 || n > max)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-	return true;
-}
-
-/* Parses the query into *l; on a bad one writes the 400 message into msg and returns -EINVAL.
- * Values are taken as sent (no percent-decoding): every valid value is made of characters
- * that need no encoding. */
+/* Parses the query into *l (query.h); on a bad one writes the 400 message into msg and returns
+ * -EINVAL. */
 static int parse_list_query(const char *q, struct list_q *l, char *msg, size_t cap)
 {
-	*l = (struct list_q){ .rows = LIST_LIMIT_DEFAULT };
-	while (q && *q) {
-		size_t n = strcspn(q, "&"), kn = strcspn(q, "=");
-		const char *v = q + kn + 1;
-		size_t vn = kn < n ? n - kn - 1 : 0;
-		bool *seen = NULL;
-		char *dst = NULL;
-		size_t dcap = 0;
+	static const char *const statuses[] = { "active", "paused", "stopped", "completed" };
+	const struct query_param *st = &l->p[LQ_STATUS];
+	size_t i = 0;
 
-		if (kn > n)
-			kn = n;
-		if (kn == 5 && !strncmp(q, "limit", 5))
-			seen = &l->has_limit, dst = l->limit, dcap = sizeof(l->limit);
-		else if (kn == 11 && !strncmp(q, "campaign_id", 11))
-			seen = &l->has_campaign, dst = l->campaign, dcap = sizeof(l->campaign);
-		else if (kn == 6 && !strncmp(q, "status", 6))
-			seen = &l->has_status, dst = l->status, dcap = sizeof(l->status);
-		else if (kn == 6 && !strncmp(q, "cursor", 6))
-			seen = &l->has_cursor, dst = NULL;
-		if (!seen) {
-			snprintf(
-				msg, cap,
-				"Unknown query parameter '%.*s': use limit, cursor, campaign_id or "
-				"status.",
-				(int)(kn < 40 ? kn : 40), q);
-			return -EINVAL;
-		}
-		if (*seen) {
-			snprintf(msg, cap, "Query parameter '%.*s' is given twice.", (int)kn, q);
-			return -EINVAL;
-		}
-		*seen = true;
-		if (dst) {
-			if (vn == 0 || vn >= dcap) {
-				snprintf(msg, cap, "Query parameter '%.*s' is empty or too long.",
-					 (int)kn, q);
-				return -EINVAL;
-			}
-			memcpy(dst, v, vn);
-			dst[vn] = '\0';
-		} else { /* cursor: <µs>.<id>, as next_cursor gave it */
-			const char *dot = memchr(v, '.', vn);
-			size_t un = dot ? (size_t)(dot - v) : 0, in = dot ? vn - un - 1 : 0;
-			if (!dot || !digits(v, un, 18) || in < 1 || in > 64) {
-				snprintf(msg, cap,
-					 "Query parameter 'cursor' is not a cursor this API "
-					 "gave (next_cursor).");
-				return -EINVAL;
-			}
-			memcpy(l->cursor_us, v, un);
-			l->cursor_us[un] = '\0';
-			memcpy(l->cursor_id, dot + 1, in);
-			l->cursor_id[in] = '\0';
-			if (!id_ok(l->cursor_id)) {
-				snprintf(msg, cap,
-					 "Query parameter 'cursor' is not a cursor this API "
-					 "gave (next_cursor).");
-				return -EINVAL;
-			}
-		}
-		q += n + (q[n] == '&');
-	}
-	if (l->has_limit) {
-		size_t n = strlen(l->limit);
-		unsigned long v = digits(l->limit, n, 3) ? strtoul(l->limit, NULL, 10) : 0;
-		if (v < 1 || v > LIST_LIMIT_MAX) {
-			snprintf(msg, cap,
-				 "Query parameter 'limit' must be an integer from 1 to %d.",
-				 LIST_LIMIT_MAX);
-			return -EINVAL;
-		}
-		l->rows = (unsigned)v;
-	}
-	if (l->has_campaign && !id_ok(l->campaign)) {
+	*l = (struct list_q){ .p = { [LQ_LIMIT] = { .name = "limit" },
+				     [LQ_CURSOR] = { .name = "cursor" },
+				     [LQ_CAMPAIGN] = { .name = "campaign_id" },
+				     [LQ_STATUS] = { .name = "status" } } };
+	if (query_parse(q, l->p, LQ_N, msg, cap) ||
+	    query_limit(&l->p[LQ_LIMIT], LIST_LIMIT_DEFAULT, LIST_LIMIT_MAX, &l->rows, msg, cap) ||
+	    query_cursor(&l->p[LQ_CURSOR], ident_ok, l->cursor_us, l->cursor_id, msg, cap))
+		return -EINVAL;
+	if (l->p[LQ_CAMPAIGN].set && !ident_ok(l->p[LQ_CAMPAIGN].value)) {
 		snprintf(msg, cap, "Query parameter 'campaign_id' is not a campaign id.");
 		return -EINVAL;
 	}
-	if (l->has_status && strcmp(l->status, "active") && strcmp(l->status, "paused") &&
-	    strcmp(l->status, "stopped") && strcmp(l->status, "completed")) {
+	while (st->set && i < 4 && strcmp(st->value, statuses[i]))
+		i++;
+	if (i == 4) {
 		snprintf(msg, cap,
 			 "Query parameter 'status' must be one of active, paused, stopped, "
 			 "completed.");
@@ -471,9 +399,8 @@ static void list_done(int status, const struct pg_results *r, void *data)
 	}
 	cJSON_AddBoolToObject(b, "has_more", more);
 	if (more) {
-		char cur[24 + API_ID_SIZE + 2];
-		snprintf(cur, sizeof(cur), "%s.%s", PQgetvalue(res, n - 1, 8),
-			 PQgetvalue(res, n - 1, 0));
+		char cur[QUERY_CURSOR_MAX];
+		query_cursor_format(cur, PQgetvalue(res, n - 1, 8), PQgetvalue(res, n - 1, 0));
 		cJSON_AddStringToObject(b, "next_cursor", cur);
 	} else {
 		cJSON_AddNullToObject(b, "next_cursor");
@@ -500,10 +427,10 @@ static void list_batches(struct api_call *c)
 	q->rows = l.rows;
 	snprintf(rows, sizeof(rows), "%u", l.rows + 1); /* one more: is there a next page? */
 	const char *v[6] = { c->key.org.id,
-			     l.has_campaign ? l.campaign : NULL,
-			     l.has_status ? l.status : NULL,
-			     l.has_cursor ? l.cursor_us : NULL,
-			     l.has_cursor ? l.cursor_id : "",
+			     l.p[LQ_CAMPAIGN].set ? l.p[LQ_CAMPAIGN].value : NULL,
+			     l.p[LQ_STATUS].set ? l.p[LQ_STATUS].value : NULL,
+			     l.p[LQ_CURSOR].set ? l.cursor_us : NULL,
+			     l.p[LQ_CURSOR].set ? l.cursor_id : "",
 			     rows };
 	struct pg_query pq = { .sql = SQL_LIST, .nparams = 6, .values = v };
 	if ((rc = pg_pool_exec(api_pool(c->api), PG_LANE_NORMAL, &pq, list_done, q))) {

@@ -15,11 +15,13 @@
  * already gone when its handler runs submits no dial.
  */
 #include "api_int.h"
+#include "calls_body.h"
 
 #include "e164.h"
-#include "json_strict.h"
+#include "ident.h"
 #include "log.h"
 #include "pg_pool.h"
+#include "query.h"
 
 #include <libpq-fe.h>
 
@@ -32,9 +34,7 @@
 #define CALL_BODY_MAX	    4096
 #define CALL_LIST_DEFAULT   50
 #define CALL_LIST_MAX	    100
-#define CALL_UUID_LEN	    36
-#define CALL_QUERY_VALUE    96 /* the longest query value accepted, decoded */
-#define CALL_CURSOR_MAX	    64
+#define CALL_UUID_LEN	    IDENT_UUID_LEN
 #define CALL_DIAL_RETRY_S   "1" /* Retry-After of a 503 */
 #define CALL_COLUMNS_ISO(x) "to_char(" x " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
@@ -65,32 +65,6 @@ static const char SQL_LIST[] = CALL_SELECT
 	"ORDER BY c.created_at DESC, c.id DESC LIMIT $8";
 
 /* ---- shared checks ---- */
-
-static bool id_ok(const char *s)
-{
-	size_t n = 0;
-
-	for (; s[n]; n++)
-		if (!((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') ||
-		      (s[n] >= '0' && s[n] <= '9') || s[n] == '_' || s[n] == '-'))
-			return false;
-	return n >= 1 && n < API_ID_SIZE;
-}
-
-/* A uuid in its 8-4-4-4-12 hex form (what calls.id prints). */
-static bool uuid_ok(const char *s)
-{
-	for (size_t i = 0; i < CALL_UUID_LEN; i++) {
-		bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-		char ch = s[i];
-
-		if (dash ? ch != '-'
-			 : !((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f') ||
-			     (ch >= 'A' && ch <= 'F')))
-			return false;
-	}
-	return s[CALL_UUID_LEN] == '\0';
-}
 
 static void add_text(cJSON *o, const char *name, const PGresult *r, int row, int col)
 {
@@ -134,6 +108,8 @@ static cJSON *call_json(const PGresult *r, int row)
 
 /* ---- POST /v2/calls ---- */
 
+_Static_assert(CALLS_BODY_ID_SIZE == API_ID_SIZE, "calls_body.h's ids are the API's");
+
 struct create {
 	struct api_call *c;
 	char agent[API_ID_SIZE];
@@ -144,104 +120,31 @@ struct create {
 	uint64_t waited_ms;
 };
 
-/* Answers 422 "<field> <what>" (what ends the sentence). */
-static void field_error(struct api_call *c, const char *field, const char *what)
-{
-	char msg[256];
-
-	snprintf(msg, sizeof(msg), "%.64s %s", field, what);
-	api_error(c, 422, "invalid_field", msg);
-}
-
-/* Reads the string field name into out: 0, or answers 422 and returns -1. A field that may be
- * absent (optional) leaves out empty. */
-static int string_field(struct api_call *c, const cJSON *body, const char *name, bool optional,
-			const cJSON **out)
-{
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, name);
-
-	*out = NULL;
-	if (!v || cJSON_IsNull(v)) {
-		if (optional)
-			return 0;
-		field_error(c, name, "is missing: it is required.");
-		return -1;
-	}
-	if (!cJSON_IsString(v)) {
-		field_error(c, name, "must be a string.");
-		return -1;
-	}
-	*out = v;
-	return 0;
-}
-
-static int number_field(struct api_call *c, const cJSON *v, const char *name, char *out)
-{
-	enum e164_fault f;
-	char why[160];
-
-	if (e164_normalise(v->valuestring, strlen(v->valuestring), out, E164_BUF, &f)) {
-		snprintf(why, sizeof(why), "is not a phone number in E.164 form: %s.",
-			 e164_fault_str(f));
-		field_error(c, name, why);
-		return -1;
-	}
-	return 0;
-}
-
-/* Checks the body and fills k; answers (400/404/422) and returns -1 when it is refused. */
+/* Checks the body (calls_body.h) and fills k; answers (400/404/422) and returns -1 when it is
+ * refused. */
 static int create_body(struct api_call *c, struct create *k)
 {
-	static const char *const known[] = { "agent_id", "to_number", "from_number" };
-	char err[JSON_STRICT_ERR];
+	char field[API_ID_SIZE], msg[CALLS_BODY_MSG];
 	size_t len;
 	const char *text = http_request_body(c->req, &len);
-	cJSON *b = json_strict_parse(text, len, err, sizeof(err));
-	const cJSON *agent, *to, *from, *f;
-	int rc = -1;
+	struct calls_body b;
 
-	if (!b) {
-		api_error(c, 400, "invalid_json", err);
+	switch (calls_body_parse(text, len, &b, field, sizeof(field), msg, sizeof(msg))) {
+	case 0:
+		snprintf(k->agent, sizeof(k->agent), "%s", b.agent);
+		snprintf(k->to, sizeof(k->to), "%s", b.to);
+		snprintf(k->from, sizeof(k->from), "%s", b.from);
+		return 0;
+	case 400:
+		api_error(c, 400, "invalid_json", msg);
+		return -1;
+	case 404: /* no agent can have that id: as an unknown one */
+		api_not_found(c, "agent", msg);
+		return -1;
+	default:
+		api_error(c, 422, "invalid_field", msg);
 		return -1;
 	}
-	if (!cJSON_IsObject(b)) {
-		api_error(c, 422, "invalid_field",
-			  "The body must be a JSON object with agent_id and to_number.");
-		goto out;
-	}
-	cJSON_ArrayForEach(f, b)
-	{
-		size_t i = 0;
-
-		while (i < sizeof(known) / sizeof(known[0]) && strcmp(f->string, known[i]))
-			i++;
-		if (i == sizeof(known) / sizeof(known[0])) {
-			field_error(c, f->string,
-				    "is not a field of a call: send agent_id, to_number and "
-				    "optionally from_number.");
-			goto out;
-		}
-	}
-	if (string_field(c, b, "agent_id", false, &agent) ||
-	    string_field(c, b, "to_number", false, &to) ||
-	    string_field(c, b, "from_number", true, &from))
-		goto out;
-	if (!agent->valuestring[0]) {
-		field_error(c, "agent_id", "must not be empty.");
-		goto out;
-	}
-	if (number_field(c, to, "to_number", k->to) ||
-	    (from && number_field(c, from, "from_number", k->from)))
-		goto out;
-	if (!id_ok(agent->valuestring)) { /* no agent can have that id: as an unknown one */
-		api_not_found(c, "agent", agent->valuestring);
-		goto out;
-	}
-	snprintf(k->agent, sizeof(k->agent), "%s", agent->valuestring);
-	rc = 0;
-out:
-	cJSON_Delete(b);
-	return rc;
 }
 
 static void unavailable(struct api_call *c, const char *message)
@@ -387,7 +290,7 @@ static void get_one(struct api_call *c)
 	struct one *o;
 	int rc;
 
-	if (!id || !uuid_ok(id)) { /* no call has that id: as an unknown one */
+	if (!id || !ident_uuid_ok(id)) { /* no call has that id: as an unknown one */
 		api_not_found(c, "call", id ? id : "");
 		return;
 	}
@@ -408,151 +311,51 @@ static void get_one(struct api_call *c)
 /* ---- GET /v2/calls ---- */
 
 enum { P_STATE, P_CAMPAIGN, P_BATCH, P_AGENT, P_CURSOR, P_LIMIT, P_N };
-static const char *const params[P_N] = { "state",    "campaign_id", "batch_id",
-					 "agent_id", "cursor",	    "limit" };
 
 struct list {
 	struct api_call *c;
-	char v[P_N][CALL_QUERY_VALUE + 1];
-	bool set[P_N];
-	char cur_us[24], cur_id[CALL_UUID_LEN + 1], limit1[24];
-	long limit;
+	struct query_param p[P_N];
+	char cur_us[QUERY_US_SIZE], cur_id[IDENT_MAX + 1], limit1[24];
+	unsigned limit;
 };
 
-static int hexval(char ch)
-{
-	if (ch >= '0' && ch <= '9')
-		return ch - '0';
-	if (ch >= 'a' && ch <= 'f')
-		return ch - 'a' + 10;
-	if (ch >= 'A' && ch <= 'F')
-		return ch - 'A' + 10;
-	return -1;
-}
-
-/* Percent-decodes (and '+' as a space) the n bytes at s into out (CALL_QUERY_VALUE + 1).
- * Returns 0, or -EINVAL for a bad escape, a NUL, or a value too long. */
-static int decode(const char *s, size_t n, char *out)
-{
-	size_t o = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		int ch = (unsigned char)s[i];
-
-		if (ch == '%') {
-			int hi = i + 2 < n ? hexval(s[i + 1]) : -1;
-			int lo = hi >= 0 ? hexval(s[i + 2]) : -1;
-			if (lo < 0)
-				return -EINVAL;
-			ch = hi * 16 + lo;
-			i += 2;
-		} else if (ch == '+') {
-			ch = ' ';
-		}
-		if (!ch || o == CALL_QUERY_VALUE)
-			return -EINVAL;
-		out[o++] = (char)ch;
-	}
-	out[o] = '\0';
-	return 0;
-}
-
-static void bad_param(struct api_call *c, const char *name, const char *why)
-{
-	char msg[256];
-
-	snprintf(msg, sizeof(msg), "Query parameter %.40s %s.", name, why);
-	api_error(c, 422, "invalid_parameter", msg);
-}
-
-/* Splits the query into l->v; answers 422 and returns -1 for an unknown or repeated name or a
- * value that does not decode. */
+/* Parses and checks the query (query.h); answers 400 invalid_parameter and returns -1 when a
+ * parameter is refused. */
 static int list_query(struct api_call *c, struct list *l)
 {
-	const char *q = http_request_query(c->req);
-
-	while (*q) {
-		const char *amp = strchr(q, '&'), *end = amp ? amp : q + strlen(q);
-		const char *eq = memchr(q, '=', (size_t)(end - q));
-		size_t nlen = (size_t)((eq ? eq : end) - q);
-		int p = 0;
-
-		if (nlen) {
-			while (p < P_N && (strlen(params[p]) != nlen || memcmp(q, params[p], nlen)))
-				p++;
-			if (p == P_N) {
-				char name[48];
-				snprintf(name, sizeof(name), "%.*s", (int)(nlen < 40 ? nlen : 40),
-					 q);
-				bad_param(c, name,
-					  "is unknown: filter by state, campaign_id, batch_id or "
-					  "agent_id, page with cursor and limit");
-				return -1;
-			}
-			if (l->set[p]) {
-				bad_param(c, params[p], "appears twice");
-				return -1;
-			}
-			l->set[p] = true;
-			if (decode(eq ? eq + 1 : end, eq ? (size_t)(end - eq - 1) : 0, l->v[p])) {
-				bad_param(c, params[p], "is not a valid value");
-				return -1;
-			}
-		}
-		q = amp ? amp + 1 : end;
-	}
-	return 0;
-}
-
-/* Checks the parameters' values; answers 422 and returns -1 when one is refused. */
-static int list_check(struct api_call *c, struct list *l)
-{
 	static const char *const states[] = { "dialing", "live", "ended", "unknown" };
-	char *end;
+	static const char *const names[P_N] = { "state",    "campaign_id", "batch_id",
+						"agent_id", "cursor",	   "limit" };
+	char msg[256];
+	size_t i = 0;
 
-	if (l->set[P_STATE]) {
-		size_t i = 0;
-		while (i < 4 && strcmp(l->v[P_STATE], states[i]))
-			i++;
-		if (i == 4) {
-			bad_param(c, "state", "must be one of dialing, live, ended, unknown");
-			return -1;
-		}
+	for (int p = 0; p < P_N; p++)
+		l->p[p].name = names[p];
+	if (query_parse(http_request_query(c->req), l->p, P_N, msg, sizeof(msg)) ||
+	    query_limit(&l->p[P_LIMIT], CALL_LIST_DEFAULT, CALL_LIST_MAX, &l->limit, msg,
+			sizeof(msg)) ||
+	    query_cursor(&l->p[P_CURSOR], ident_uuid_ok, l->cur_us, l->cur_id, msg, sizeof(msg)))
+		goto bad;
+	while (l->p[P_STATE].set && i < 4 && strcmp(l->p[P_STATE].value, states[i]))
+		i++;
+	if (i == 4) {
+		snprintf(msg, sizeof(msg),
+			 "Query parameter 'state' must be one of dialing, live, ended, unknown.");
+		goto bad;
 	}
 	for (int p = P_CAMPAIGN; p <= P_AGENT; p++)
-		if (l->set[p] && !id_ok(l->v[p])) {
-			bad_param(c, params[p], "is not an id ([A-Za-z0-9_-], 1 to 64 characters)");
-			return -1;
+		if (l->p[p].set && !ident_ok(l->p[p].value)) {
+			snprintf(msg, sizeof(msg),
+				 "Query parameter '%s' is not an id ([A-Za-z0-9_-], 1 to 64 "
+				 "characters).",
+				 names[p]);
+			goto bad;
 		}
-	l->limit = CALL_LIST_DEFAULT;
-	if (l->set[P_LIMIT]) {
-		errno = 0;
-		l->limit = strtol(l->v[P_LIMIT], &end, 10);
-		if (errno || end == l->v[P_LIMIT] || *end || l->v[P_LIMIT][0] == '+' ||
-		    l->v[P_LIMIT][0] == '-' || l->limit < 1 || l->limit > CALL_LIST_MAX) {
-			char why[80];
-			snprintf(why, sizeof(why), "must be an integer from 1 to %d",
-				 CALL_LIST_MAX);
-			bad_param(c, "limit", why);
-			return -1;
-		}
-	}
-	if (l->set[P_CURSOR]) { /* <microseconds>_<uuid>, as next_cursor gave it */
-		const char *cur = l->v[P_CURSOR], *us = strchr(cur, '_');
-		size_t n = us ? (size_t)(us - cur) : 0;
-		bool ok = n >= 1 && n <= 18 && uuid_ok(us + 1); /* 18 digits: a bigint */
-
-		for (size_t i = 0; ok && i < n; i++)
-			ok = cur[i] >= '0' && cur[i] <= '9';
-		if (!ok) {
-			bad_param(c, "cursor", "is not a cursor this API gave (next_cursor)");
-			return -1;
-		}
-		snprintf(l->cur_us, sizeof(l->cur_us), "%.*s", (int)n, cur);
-		snprintf(l->cur_id, sizeof(l->cur_id), "%s", us + 1);
-	}
-	snprintf(l->limit1, sizeof(l->limit1), "%ld", l->limit + 1);
+	snprintf(l->limit1, sizeof(l->limit1), "%u", l->limit + 1);
 	return 0;
+bad:
+	api_error(c, 400, "invalid_parameter", msg);
+	return -1;
 }
 
 static void list_done(int status, const struct pg_results *r, void *data)
@@ -566,7 +369,7 @@ static void list_done(int status, const struct pg_results *r, void *data)
 		return;
 	}
 	const PGresult *res = r->res[0];
-	int n = PQntuples(res), shown = n > l->limit ? (int)l->limit : n;
+	int n = PQntuples(res), shown = n > (int)l->limit ? (int)l->limit : n;
 	cJSON *b = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(b, "calls");
 
 	for (int i = 0; arr && i < shown; i++) {
@@ -576,10 +379,10 @@ static void list_done(int status, const struct pg_results *r, void *data)
 			arr = NULL;
 		}
 	}
-	if (n > l->limit) { /* one more row exists: the page ends at the last one shown */
-		char cur[CALL_CURSOR_MAX];
-		snprintf(cur, sizeof(cur), "%s_%s", PQgetvalue(res, shown - 1, 14),
-			 PQgetvalue(res, shown - 1, 0));
+	if (n > (int)l->limit) { /* one more row exists: the page ends at the last one shown */
+		char cur[QUERY_CURSOR_MAX];
+		query_cursor_format(cur, PQgetvalue(res, shown - 1, 14),
+				    PQgetvalue(res, shown - 1, 0));
 		cJSON_AddStringToObject(b, "next_cursor", cur);
 	} else {
 		cJSON_AddNullToObject(b, "next_cursor");
@@ -602,17 +405,17 @@ static void list(struct api_call *c)
 		return;
 	}
 	l->c = c;
-	if (list_query(c, l) || list_check(c, l)) {
+	if (list_query(c, l)) {
 		free(l);
 		return;
 	}
 	const char *v[8] = { c->key.org.id,
-			     l->set[P_STATE] ? l->v[P_STATE] : NULL,
-			     l->set[P_CAMPAIGN] ? l->v[P_CAMPAIGN] : NULL,
-			     l->set[P_BATCH] ? l->v[P_BATCH] : NULL,
-			     l->set[P_AGENT] ? l->v[P_AGENT] : NULL,
-			     l->set[P_CURSOR] ? l->cur_us : NULL,
-			     l->set[P_CURSOR] ? l->cur_id : NULL,
+			     l->p[P_STATE].set ? l->p[P_STATE].value : NULL,
+			     l->p[P_CAMPAIGN].set ? l->p[P_CAMPAIGN].value : NULL,
+			     l->p[P_BATCH].set ? l->p[P_BATCH].value : NULL,
+			     l->p[P_AGENT].set ? l->p[P_AGENT].value : NULL,
+			     l->p[P_CURSOR].set ? l->cur_us : NULL,
+			     l->p[P_CURSOR].set ? l->cur_id : NULL,
 			     l->limit1 };
 	struct pg_query q = { .sql = SQL_LIST, .nparams = 8, .values = v };
 	if ((rc = pg_pool_exec(api_pool(c->api), PG_LANE_NORMAL, &q, list_done, l))) {

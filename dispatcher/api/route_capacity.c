@@ -23,6 +23,7 @@
 #include "capacity.h"
 #include "gate.h"
 #include "gate_capacity.h"
+#include "ident.h"
 #include "pg_pool.h"
 
 #include <libpq-fe.h>
@@ -147,21 +148,6 @@ static void cap_free(struct cap *m)
 	free(m->meta_ids);
 	free(m->over);
 	free(m);
-}
-
-static bool valid_id(const char *s)
-{
-	size_t n = s ? strlen(s) : 0;
-
-	if (n < 1 || n > 64)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char ch = s[i];
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '-'))
-			return false;
-	}
-	return true;
 }
 
 /* ---- the answer ---- */
@@ -631,7 +617,7 @@ static void capacity(struct api_call *c)
 	struct cap *m;
 	int rc;
 
-	if (!valid_id(id)) {
+	if (!ident_ok(id)) {
 		api_not_found(c, "campaign", id ? id : "");
 		return;
 	}

@@ -3,6 +3,7 @@
 #include "gate_int.h"
 
 #include "error.h"
+#include "ident.h"
 #include "log.h"
 
 #include <stdarg.h>
@@ -38,21 +39,6 @@ struct args {
 	char *buf;
 	int n, cap;
 };
-
-static bool id_ok(const char *s)
-{
-	size_t n = 0;
-
-	if (!s)
-		return false;
-	for (; s[n]; n++) {
-		char c = s[n];
-		if (n >= GATE_ID_MAX || !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-					  (c >= '0' && c <= '9') || c == '_' || c == '-'))
-			return false;
-	}
-	return n > 0;
-}
 
 static int args_init(struct args *a, size_t cap)
 {
@@ -120,7 +106,7 @@ int gate_org_key(const char *org, const char *what, char *buf, size_t size)
 {
 	int n;
 
-	if (!id_ok(org) || !what || !buf)
+	if (!ident_ok(org) || !what || !buf)
 		return -EINVAL;
 	n = snprintf(buf, size, "dsp:v1:{o:%s}:%s", org, what);
 	return n < 0 || (size_t)n >= size ? -ENOSPC : n;
@@ -286,9 +272,9 @@ static int send_script(struct gate *g, const struct redis_script *script, struct
 
 static bool admit_req_ok(const struct gate_admit_req *r)
 {
-	if (!r || !id_ok(r->org) || !id_ok(r->call) || (r->agent && !id_ok(r->agent)))
+	if (!r || !ident_ok(r->org) || !ident_ok(r->call) || (r->agent && !ident_ok(r->agent)))
 		return false;
-	if (r->worker && !id_ok(r->worker))
+	if (r->worker && !ident_ok(r->worker))
 		return false;
 	if (r->direct)
 		return r->n_campaigns == 0;
@@ -296,7 +282,7 @@ static bool admit_req_ok(const struct gate_admit_req *r)
 	    r->n_campaigns > GATE_CANDIDATES_MAX || !r->campaigns)
 		return false;
 	for (uint32_t i = 0; i < r->n_campaigns; i++)
-		if (!id_ok(r->campaigns[i]))
+		if (!ident_ok(r->campaigns[i]))
 			return false;
 	return true;
 }
@@ -344,7 +330,7 @@ int gate_release(struct gate *g, const char *org, const char *call, gate_release
 	struct args a;
 	int rc;
 
-	if (!g || !cb || !id_ok(org) || !id_ok(call))
+	if (!g || !cb || !ident_ok(org) || !ident_ok(call))
 		return -EINVAL;
 	rc = prepare(g, GATE_OP_RELEASE, "release", org, call, data, &a, 14, &req);
 	if (rc)
@@ -377,7 +363,7 @@ static int handoff_op(struct gate *g, const char *op, const char *org, const cha
 	struct args a;
 	int rc;
 
-	if (!g || !cb || !id_ok(org) || (worker && !id_ok(worker)) || ttl_ms > (1ULL << 40))
+	if (!g || !cb || !ident_ok(org) || (worker && !ident_ok(worker)) || ttl_ms > (1ULL << 40))
 		return -EINVAL;
 	rc = prepare(g, GATE_OP_HANDOFF, op, org, NULL, data, &a, 15, &req);
 	if (rc)
@@ -435,7 +421,7 @@ static bool limits_ok(const struct gate_limits *l)
 		return false;
 	for (uint32_t i = 0; i < l->n_campaigns; i++) {
 		const struct gate_campaign_limits *c = &l->campaigns[i];
-		if (!id_ok(c->campaign) || (c->agent && !id_ok(c->agent)) ||
+		if (!ident_ok(c->campaign) || (c->agent && !ident_ok(c->agent)) ||
 		    c->ceiling > FAIRSHARE_COUNT_MAX)
 			return false;
 	}
@@ -449,7 +435,7 @@ int gate_install_limits(struct gate *g, const char *org, const struct gate_limit
 	struct args a;
 	int rc;
 
-	if (!g || !cb || !id_ok(org) || !limits_ok(l))
+	if (!g || !cb || !ident_ok(org) || !limits_ok(l))
 		return -EINVAL;
 	rc = prepare(g, GATE_OP_INSTALL, "install limits", org, NULL, data, &a,
 		     9 + 3 * (size_t)l->n_campaigns, &req);
@@ -494,12 +480,12 @@ static int install_floors(struct gate *g, const char *org, bool delta, uint64_t 
 	struct args a;
 	int rc;
 
-	if (!g || !cb || !id_ok(org) || base_version > GATE_VERSION_MAX || version < 1 ||
+	if (!g || !cb || !ident_ok(org) || base_version > GATE_VERSION_MAX || version < 1 ||
 	    version > GATE_VERSION_MAX || (delta && version <= base_version) ||
 	    ttl_ms > (1ULL << 40) || (n && !floors) || n > FAIRSHARE_CAMPAIGNS_MAX)
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
-		if ((floors[i].campaign && !id_ok(floors[i].campaign)) ||
+		if ((floors[i].campaign && !ident_ok(floors[i].campaign)) ||
 		    floors[i].floor > FAIRSHARE_COUNT_MAX)
 			return -EINVAL;
 	rc = prepare(g, GATE_OP_INSTALL, delta ? "install floors delta" : "install floors", org,
@@ -565,7 +551,7 @@ static int wait_op(struct gate *g, const char *op, const char *org, const char *
 	struct args a;
 	int rc;
 
-	if (!g || !cb || !id_ok(org) || !id_ok(call) || (agent && !id_ok(agent)))
+	if (!g || !cb || !ident_ok(org) || !ident_ok(call) || (agent && !ident_ok(agent)))
 		return -EINVAL;
 	rc = prepare(g, GATE_OP_WAIT, op, org, call, data, &a, 8, &req);
 	if (rc)
@@ -600,7 +586,7 @@ int gate_read(struct gate *g, const char *org, gate_read_cb cb, void *data)
 	struct args a;
 	int rc;
 
-	if (!g || !cb || !id_ok(org))
+	if (!g || !cb || !ident_ok(org))
 		return -EINVAL;
 	rc = prepare(g, GATE_OP_READ, "read", org, NULL, data, &a, 6, &req);
 	if (rc)
@@ -621,7 +607,7 @@ int gate_read_stats(struct gate *g, const char *org, gate_stats_cb cb, void *dat
 	struct args a;
 	int rc;
 
-	if (!g || !cb || !id_ok(org))
+	if (!g || !cb || !ident_ok(org))
 		return -EINVAL;
 	rc = prepare(g, GATE_OP_STATS, "read stats", org, NULL, data, &a, 1, &req);
 	if (rc)
@@ -657,8 +643,8 @@ static bool records_ok(const struct gate_slot_record *r, uint32_t n)
 	if ((n && !r) || n > FAIRSHARE_COUNT_MAX)
 		return false;
 	for (uint32_t i = 0; i < n; i++)
-		if (!id_ok(r[i].call) || (r[i].campaign && !id_ok(r[i].campaign)) ||
-		    (r[i].agent && !id_ok(r[i].agent)))
+		if (!ident_ok(r[i].call) || (r[i].campaign && !ident_ok(r[i].campaign)) ||
+		    (r[i].agent && !ident_ok(r[i].agent)))
 			return false;
 	return true;
 }
@@ -670,7 +656,7 @@ int gate_org_rebuild(struct gate *g, const char *org, const struct gate_slot_rec
 	struct args a;
 	int rc;
 
-	if (!g || !cb || !id_ok(org) || !records_ok(records, n))
+	if (!g || !cb || !ident_ok(org) || !records_ok(records, n))
 		return -EINVAL;
 	rc = prepare(g, GATE_OP_DONE, "org rebuild", org, NULL, data, &a, 8 + 4 * (size_t)n, &req);
 	if (rc)
@@ -700,7 +686,7 @@ int gate_test_pin_clock(struct gate *g, const char *org, int64_t now_ms, gate_do
 	struct args a;
 	int rc;
 
-	if (!g || !cb || !id_ok(org))
+	if (!g || !cb || !ident_ok(org))
 		return -EINVAL;
 	if (!g->test_clock)
 		return -ENOTSUP; /* a product registry (gate_scripts_register()) */

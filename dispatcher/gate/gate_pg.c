@@ -204,30 +204,6 @@ void pgarr_free(struct pgarr *a)
 
 /* --- validation --- */
 
-bool gate_pg_id_ok(const char *s)
-{
-	size_t n = 0;
-
-	if (!s)
-		return false;
-	for (; s[n]; n++)
-		if (n >= 64 || !(isalnum((unsigned char)s[n]) || s[n] == '_' || s[n] == '-'))
-			return false;
-	return n >= 1;
-}
-
-bool gate_pg_uuid_ok(const char *s)
-{
-	if (!s || strlen(s) != 36)
-		return false;
-	for (int i = 0; i < 36; i++) {
-		bool dash = i == 8 || i == 13 || i == 18 || i == 23;
-		if (dash ? s[i] != '-' : !isxdigit((unsigned char)s[i]))
-			return false;
-	}
-	return true;
-}
-
 bool gate_pg_phone_ok(const char *s)
 {
 	size_t n;
@@ -242,12 +218,12 @@ bool gate_pg_phone_ok(const char *s)
 
 static bool dial_ok(const struct gate_pg_dial *d)
 {
-	if (!gate_pg_id_ok(d->agent) || d->attempt < 1 || !gate_pg_phone_ok(d->to_number))
+	if (!ident_ok(d->agent) || d->attempt < 1 || !gate_pg_phone_ok(d->to_number))
 		return false;
 	if (d->from_number && strlen(d->from_number) > 32)
 		return false;
 	if (d->campaign)
-		return gate_pg_id_ok(d->campaign) && d->contact > 0;
+		return ident_ok(d->campaign) && d->contact > 0;
 	return d->contact == 0;
 }
 
@@ -257,7 +233,7 @@ int gate_pg_calls_check(const struct gate_pg_call *calls, uint32_t n)
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct gate_pg_call *c = &calls[i];
-		if (!gate_pg_uuid_ok(c->call) || !gate_pg_id_ok(c->org) || !dial_ok(&c->dial))
+		if (!ident_uuid_ok(c->call) || !ident_ok(c->org) || !dial_ok(&c->dial))
 			return -EINVAL;
 		for (uint32_t j = 0; j < i; j++)
 			if (strcasecmp(calls[j].call, c->call) == 0 ||
@@ -654,7 +630,7 @@ int gate_pg_fence(struct gate_pg *g, const char *const *calls, const char *const
 	if (!g || !cb || !calls || !orgs || n < 1 || n > GATE_PG_WRITE_MAX)
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++) {
-		if (!gate_pg_uuid_ok(calls[i]) || !gate_pg_id_ok(orgs[i]))
+		if (!ident_uuid_ok(calls[i]) || !ident_ok(orgs[i]))
 			return -EINVAL;
 		for (uint32_t j = 0; j < i; j++)
 			if (strcasecmp(calls[i], calls[j]) == 0)

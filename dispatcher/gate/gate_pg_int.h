@@ -4,6 +4,7 @@
 #define DSP_GATE_PG_INT_H
 
 #include "gate_pg.h"
+#include "ident.h" /* ident_ok, ident_uuid_ok: the ids' checks */
 #include "log.h"
 
 #include <stddef.h>
@@ -84,8 +85,6 @@ void pgarr_free(struct pgarr *a);
 
 /* --- validation --- */
 
-bool gate_pg_id_ok(const char *s);    /* ^[A-Za-z0-9_-]{1,64}$ */
-bool gate_pg_uuid_ok(const char *s);  /* 8-4-4-4-12 hex digits */
 bool gate_pg_phone_ok(const char *s); /* ^\+[1-9][0-9]{6,14}$ */
 
 /* Checks calls[0..n) for gate_pg_write(): ids, numbers, no call id or contact twice. */

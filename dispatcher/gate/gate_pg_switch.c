@@ -467,7 +467,7 @@ int gate_pg_org_live_calls(struct gate_pg *g, const char *org, gate_pg_calls_cb 
 	struct read_op *op;
 	int rc;
 
-	if (!g || !cb || !gate_pg_id_ok(org))
+	if (!g || !cb || !ident_ok(org))
 		return -EINVAL;
 	op = read_op_new(g, data, 0);
 	if (!op)
@@ -508,7 +508,7 @@ int gate_pg_call_rows(struct gate_pg *g, const char *const *calls, uint32_t n, g
 	if (!g || !cb || !calls || n < 1 || n > GATE_PG_WRITE_MAX)
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
-		if (!gate_pg_uuid_ok(calls[i]))
+		if (!ident_uuid_ok(calls[i]))
 			return -EINVAL;
 	op = read_op_new(g, data, n);
 	if (!op)

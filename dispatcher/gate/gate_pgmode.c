@@ -123,7 +123,7 @@ static int contacts_unique(const struct gate_pgmode_req *reqs, uint32_t n)
 
 static int reqs_check(const char *org, const struct gate_pgmode_req *reqs, uint32_t n)
 {
-	if (!gate_pg_id_ok(org) || !reqs || n < 1 || n > GATE_PGMODE_REQS_MAX)
+	if (!ident_ok(org) || !reqs || n < 1 || n > GATE_PGMODE_REQS_MAX)
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct gate_pgmode_req *r = &reqs[i];

@@ -57,7 +57,7 @@ int gate_pgmode_release(struct gate_pg *g, const char *const *calls, uint32_t n,
 	if (!g || !calls || n < 1 || n > GATE_PG_WRITE_MAX || !outcome_ok(outcome))
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
-		if (!gate_pg_uuid_ok(calls[i]))
+		if (!ident_uuid_ok(calls[i]))
 			return -EINVAL;
 	op = calloc(1, sizeof(*op) + n * sizeof(op->ended[0]));
 	if (!op)
@@ -115,7 +115,7 @@ static int floors_check(const struct gate_pgmode_floor *f, uint32_t n)
 	if (n && !f)
 		return -EINVAL;
 	for (uint32_t i = 0; i < n; i++)
-		if ((f[i].campaign && !gate_pg_id_ok(f[i].campaign)) ||
+		if ((f[i].campaign && !ident_ok(f[i].campaign)) ||
 		    f[i].floor > FAIRSHARE_COUNT_MAX || f[i].carry.fluid_den < 0)
 			return -EINVAL;
 	if (n < 2)
@@ -143,7 +143,7 @@ int gate_pgmode_install_floors(struct gate_pg *g, const char *org, uint64_t vers
 	char ver[24], ttl[24];
 	int rc = 0;
 
-	if (!g || !gate_pg_id_ok(org) || version < 1 || version > INT64_MAX ||
+	if (!g || !ident_ok(org) || version < 1 || version > INT64_MAX ||
 	    n > FAIRSHARE_CAMPAIGNS_MAX)
 		return -EINVAL;
 	rc = floors_check(floors, n);

@@ -2,6 +2,7 @@
  * handoff.h and README.md "Hand-off". */
 #include "handoff.h"
 
+#include "ident.h"
 #include "list.h"
 #include "log.h"
 
@@ -39,17 +40,6 @@ struct handoff {
 	bool closing, timer_closed;
 	struct handoff_stats stats;
 };
-
-static bool id_ok(const char *s)
-{
-	size_t n = 0;
-
-	for (; s && s[n]; n++)
-		if (n >= ID_MAX || !((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') ||
-				     (s[n] >= '0' && s[n] <= '9') || s[n] == '_' || s[n] == '-'))
-			return false;
-	return n > 0;
-}
 
 static void maybe_free(struct handoff *h)
 {
@@ -141,7 +131,7 @@ int handoff_new(const struct handoff_options *o, struct handoff **out)
 	struct handoff *h;
 	int rc;
 
-	if (!o || !o->loop || !o->gate || !o->sub || !id_ok(o->worker) || !out)
+	if (!o || !o->loop || !o->gate || !o->sub || !ident_ok(o->worker) || !out)
 		return -EINVAL;
 	h = calloc(1, sizeof(*h));
 	if (!h)
@@ -172,7 +162,7 @@ int handoff_add(struct handoff *h, const char *org, const char *call, handoff_wa
 	struct org *o;
 	bool fresh;
 
-	if (!h || !cb || !id_ok(org) || !id_ok(call))
+	if (!h || !cb || !ident_ok(org) || !ident_ok(call))
 		return -EINVAL;
 	if (find(h, call))
 		return -EEXIST;

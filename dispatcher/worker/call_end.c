@@ -2,7 +2,8 @@
 #include "call_end.h"
 
 #include "error.h"
-#include "gate_pg_int.h" /* pgarr, gate_pg_uuid_ok, EPOCH_LOCK_SQL, LIVE_STATES */
+#include "gate_pg_int.h" /* pgarr, EPOCH_LOCK_SQL, LIVE_STATES */
+#include "ident.h"
 #include "list.h"
 #include "log.h"
 
@@ -186,9 +187,8 @@ int call_end_submit(struct call_end *ce, const struct call_end_req *req, call_en
 {
 	struct req *r;
 
-	if (!ce || !req || !cb || !gate_pg_uuid_ok(req->call) ||
-	    !call_end_outcome_ok(req->outcome) || (unsigned)req->disposition > CALL_END_PENDING ||
-	    req->delay_ms > DELAY_MAX_MS ||
+	if (!ce || !req || !cb || !ident_uuid_ok(req->call) || !call_end_outcome_ok(req->outcome) ||
+	    (unsigned)req->disposition > CALL_END_PENDING || req->delay_ms > DELAY_MAX_MS ||
 	    (req->lease_owner && (!req->lease_owner[0] || strlen(req->lease_owner) >= ORG_SZ)) ||
 	    req->lease_token < 0)
 		return -EINVAL;

@@ -4,6 +4,7 @@
 
 #include "error.h"
 #include "gate_pgmode.h"
+#include "ident.h"
 #include "list.h"
 #include "log.h"
 #include "select.h"
@@ -60,17 +61,6 @@ struct direct_dial {
 	int64_t org_limit, pg_running;
 	uint32_t tries;
 };
-
-static bool id_ok(const char *s)
-{
-	size_t n = 0;
-
-	for (; s && s[n]; n++)
-		if (!((s[n] >= 'a' && s[n] <= 'z') || (s[n] >= 'A' && s[n] <= 'Z') ||
-		      (s[n] >= '0' && s[n] <= '9') || s[n] == '_' || s[n] == '-'))
-			return false;
-	return n >= 1 && n <= 64;
-}
 
 /* ^\+[1-9][0-9]{6,14}$, the schema's CHECK on calls.to_number. */
 static bool e164_ok(const char *s)
@@ -543,7 +533,7 @@ int direct_dial_submit(struct direct *d, const struct direct_dial_req *req, dire
 {
 	struct direct_dial *dd;
 
-	if (!d || !req || !cb || !id_ok(req->org) || !id_ok(req->agent) ||
+	if (!d || !req || !cb || !ident_ok(req->org) || !ident_ok(req->agent) ||
 	    !e164_ok(req->to_number) || (req->from_number && !e164_ok(req->from_number)))
 		return -EINVAL;
 	if (d->draining || d->closing)

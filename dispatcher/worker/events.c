@@ -3,7 +3,8 @@
 #include "events.h"
 
 #include "error.h"
-#include "gate_pg_int.h" /* pgarr, gate_pg_id_ok */
+#include "gate_pg_int.h" /* pgarr */
+#include "ident.h"
 #include "list.h"
 #include "log.h"
 #include "signing.h"
@@ -186,7 +187,7 @@ static void org_from_query(struct evreq *r, const char *q)
 		return;
 	memcpy(r->org, q + 4, n);
 	r->org[n] = '\0';
-	if (!gate_pg_id_ok(r->org))
+	if (!ident_ok(r->org))
 		r->org[0] = '\0';
 }
 

@@ -1,7 +1,7 @@
 /* The provider event body, parsed and validated (events_body.h). No I/O. */
 #include "events_body.h"
 
-#include "gate_pg_int.h" /* gate_pg_uuid_ok */
+#include "ident.h"
 #include "json_strict.h"
 
 #include <cjson/cJSON.h>
@@ -132,7 +132,7 @@ static const char *parse(struct events_event *r, const char *body, size_t len, c
 	pcid = str_field(j, "call_id");
 	status = str_field(j, "status");
 	occ = cJSON_GetObjectItemCaseSensitive(j, "occurred_at");
-	if (!gate_pg_uuid_ok(key)) {
+	if (!ident_uuid_ok(key)) {
 		msg = "idempotency_key must be the call id (a uuid)";
 		goto out;
 	}

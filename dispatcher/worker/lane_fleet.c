@@ -1,6 +1,7 @@
 /* Fleet-wide lanes: the client of lane_take.lua and lane_mark.lua (lane_fleet.h). */
 #include "lane_fleet.h"
 
+#include "ident.h"
 #include "log.h"
 
 #include <errno.h>
@@ -11,7 +12,6 @@
 
 #define TAKE_SCRIPT  "lane_take.lua"
 #define MARK_SCRIPT  "lane_mark.lua"
-#define ID_MAX	     64
 #define PROVIDER_MAX 32
 
 extern const struct embedded_file lane_lua[];
@@ -33,21 +33,6 @@ struct req {
 
 static const char *const gate_field[] = { "stopped_until_ms", "parked_until_ms", "open_until_ms" };
 
-static bool id_ok(const char *s, size_t max)
-{
-	size_t n = s ? strlen(s) : 0;
-
-	if (n == 0 || n > max)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '_' || c == '-'))
-			return false;
-	}
-	return true;
-}
-
 int lane_fleet_scripts_register(struct redis_scripts *reg)
 {
 	int n = 0, rc;
@@ -65,7 +50,7 @@ int lane_fleet_new(struct redis_conn *conn, const struct redis_scripts *reg, con
 {
 	struct lane_fleet *f;
 
-	if (!conn || !reg || !out || !id_ok(provider, PROVIDER_MAX) || !probe_ms)
+	if (!conn || !reg || !out || !ident_ok_max(provider, PROVIDER_MAX) || !probe_ms)
 		return -EINVAL;
 	if (!(f = calloc(1, sizeof(*f))))
 		return -ENOMEM;
@@ -91,7 +76,7 @@ int lane_fleet_key(const struct lane_fleet *f, const char *org, char *buf, size_
 {
 	int n;
 
-	if (!id_ok(org, ID_MAX))
+	if (!ident_ok(org))
 		return -EINVAL;
 	n = snprintf(buf, size, "dsp:v1:{o:%s}:lane:%s", org, f->provider);
 	return n < 0 || (size_t)n >= size ? -ENOSPC : n;

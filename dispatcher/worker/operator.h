@@ -8,7 +8,7 @@
  * handler is called. The comparison takes the same time whatever the token sent: both sides
  * are hashed (SHA-256) and the digests compared with CRYPTO_memcmp, so neither the content nor
  * the length of the token leaks through timing. Without a token the listener's address is the
- * only protection (loopback by default).
+ * only protection: the settings refuse a non-loopback address without a token (settings.c).
  */
 #ifndef DSP_WORKER_OPERATOR_H
 #define DSP_WORKER_OPERATOR_H

@@ -60,7 +60,18 @@ struct wmetrics {
 
 /* ---- collectors: read the modules' own counters at scrape time ---- */
 
-static void c_select(struct metrics_out *o, void *data, int what)
+/* The select statistics, one family each; c_select() emits the one asked. */
+enum sel_stat {
+	SEL_REQUESTS,
+	SEL_ADMITTED,
+	SEL_REFUSALS,
+	SEL_FCFS,
+	SEL_SLOT_WAIT,
+	SEL_REQUEUED,
+	SEL_HELD
+};
+
+static void c_select(struct metrics_out *o, void *data, enum sel_stat what)
 {
 	struct wmetrics *m = data;
 	struct select *s = worker_select(m->w);
@@ -70,60 +81,45 @@ static void c_select(struct metrics_out *o, void *data, int what)
 		return;
 	select_get_stats(s, &st);
 	switch (what) {
-	case 0:
+	case SEL_REQUESTS:
 		metrics_emit_u64(o, NULL, st.admissions);
 		break;
-	case 1:
+	case SEL_ADMITTED:
 		metrics_emit_u64(o, NULL, st.admitted);
 		break;
-	case 2:
+	case SEL_REFUSALS:
 		for (int l = FAIRSHARE_LEVEL_SYSTEM; l < FAIRSHARE_LEVEL_COUNT; l++)
 			metrics_emit_u64(o, (const char *[]){ fairshare_level_name(l) },
 					 st.refused_level[l]);
 		break;
-	case 3:
+	case SEL_FCFS:
 		metrics_emit_u64(o, NULL, st.fcfs);
 		break;
-	case 4:
+	case SEL_SLOT_WAIT:
 		metrics_emit_histogram(o, NULL, &st.slot_wait);
 		break;
-	case 5:
+	case SEL_REQUEUED:
 		metrics_emit_u64(o, NULL, st.handed_back);
 		break;
-	case 6:
+	case SEL_HELD:
 		metrics_emit_u64(o, NULL, st.held);
 		break;
 	}
 }
 
-static void c_requests(struct metrics_out *o, void *d)
-{
-	c_select(o, d, 0);
-}
-static void c_admitted(struct metrics_out *o, void *d)
-{
-	c_select(o, d, 1);
-}
-static void c_refusals(struct metrics_out *o, void *d)
-{
-	c_select(o, d, 2);
-}
-static void c_fcfs(struct metrics_out *o, void *d)
-{
-	c_select(o, d, 3);
-}
-static void c_slot_wait(struct metrics_out *o, void *d)
-{
-	c_select(o, d, 4);
-}
-static void c_requeued(struct metrics_out *o, void *d)
-{
-	c_select(o, d, 5);
-}
-static void c_held(struct metrics_out *o, void *d)
-{
-	c_select(o, d, 6);
-}
+/* A metrics_collect_cb for one select statistic. */
+#define SELECT_COLLECTOR(fn, what)                                                                 \
+	static void fn(struct metrics_out *o, void *d)                                             \
+	{                                                                                          \
+		c_select(o, d, what);                                                              \
+	}
+SELECT_COLLECTOR(c_requests, SEL_REQUESTS)
+SELECT_COLLECTOR(c_admitted, SEL_ADMITTED)
+SELECT_COLLECTOR(c_refusals, SEL_REFUSALS)
+SELECT_COLLECTOR(c_fcfs, SEL_FCFS)
+SELECT_COLLECTOR(c_slot_wait, SEL_SLOT_WAIT)
+SELECT_COLLECTOR(c_requeued, SEL_REQUEUED)
+SELECT_COLLECTOR(c_held, SEL_HELD)
 
 static void c_dial_attempts(struct metrics_out *o, void *data)
 {

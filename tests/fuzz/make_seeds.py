@@ -3,13 +3,16 @@
 
 The seeds are the valid and invalid inputs the unit and integration tests already use
 (tests/unit/test_json_strict.c, test_csv.c, test_e164.c, test_apikey.c,
-tests/integration/test_worker_events.c), so fuzzing starts from every branch those tests reach.
+tests/integration/test_worker_events.c; the route bodies of test_api_calls.c and
+test_api_batch_create.c are read from those files), so fuzzing starts from every branch those
+tests reach.
 Each seed is a file named <target>/<label>; the script rewrites a target's directory whole, so
 run it after adding a seed here and commit the result:  python3 tests/fuzz/make_seeds.py
 """
 import hashlib
 import hmac
 import os
+import re
 import shutil
 import sys
 
@@ -38,6 +41,33 @@ def signed(body, secret=b'whsec_fuzz', t=b'1714564800'):
     """body behind a valid X-Signature line for the secret and clock of fuzz_events.c."""
     mac = hmac.new(secret, t + b'.' + body, hashlib.sha256).hexdigest().encode()
     return b't=' + t + b',v1=' + mac + b'\n' + body
+
+
+C_STRING = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+
+
+def c_bodies(test, first=(b'{', b'[')):
+    """The JSON bodies written as C string literals in tests/integration/<test> (adjacent
+    literals joined, escapes decoded): every literal run that starts with '{' or '['."""
+    text = open(os.path.join(HERE, '..', 'integration', test), encoding='utf-8').read()
+    out, run, last = [], None, None
+    for m in C_STRING.finditer(text):
+        joined = last is not None and text[last:m.start()].strip() == ''
+        lit = m.group(1).encode().decode('unicode_escape').encode('latin-1')
+        run = run + lit if joined and run is not None else lit
+        if not joined and out and out[-1] is None:
+            out.pop()
+        if joined and out:
+            out[-1] = run
+        else:
+            out.append(run)
+        last = m.end()
+    seen, bodies = set(), []
+    for b in out:
+        if b and b.lstrip()[:1] in first and b not in seen:
+            seen.add(b)
+            bodies.append(b)
+    return bodies
 
 
 # The csv target reads 4 bytes of parameters first (fuzz_csv.c): field limit, field count,
@@ -107,6 +137,30 @@ SEEDS = {
         # A NUL between tokens once hid a NUL inside the key that follows (json_strict).
         b'{"call_id":"pc",\x00"idempotency_key":"' + UUID.encode() + b'\x00zz",'
         b'"status":"completed","sequence":1}',
+    ],
+    # POST /v2/calls (calls_body.h): the bodies of tests/integration/test_api_calls.c, and the
+    # edges of calls_body_parse() (a 64-byte id and a 65-byte one, a null from_number).
+    'calls_body': c_bodies('test_api_calls.c') + [
+        b'{"agent_id":"' + b'a' * 64 + b'","to_number":"+14155550100","from_number":null}',
+        b'{"agent_id":"' + b'a' * 65 + b'","to_number":"+14155550100"}',
+        b'{"agent_id":"a_-Z9","to_number":"+44 (0)20 7946 0958","from_number":"+919876543210"}',
+        b'{"agent_id":"x","to_number":"+14155550100","' + b'k' * 80 + b'":1}',
+        b'{"agent_id":"ag\u00e9","to_number":"\u002b14155550100"}', b'"x"', b'null',
+    ],
+    # POST /v2/batches (batch_body.h): the bodies of tests/integration/test_api_batch_create.c,
+    # and the edges of the first pass (33 fields, escaped keys, a long campaign_id and name).
+    'batch_body': c_bodies('test_api_batch_create.c') + [
+        b'{' + b','.join(b'"f%d":%d' % (i, i) for i in range(32)) + b'}',
+        b'{' + b','.join(b'"f%d":%d' % (i, i) for i in range(33)) + b'}',
+        b'{"camp\u0061ign_id":"c","contacts":[{"ph\u006fne":"+1\u0034155550100",'
+        b'"variables":{"a":[1,{"b":"]}"}]}},{"phone":"+14155550101","variables":null}],'
+        b'"name":null,"extra":{"x":[]}}',
+        b'{"campaign_id":"' + b'c' * 300 + b'","name":"' + b'n' * 201 + b'","contacts":[]}',
+        b'{"campaign_id":"c","name":"' + b'n' * 200 + b'","contacts":[' +
+        b','.join(b'{"phone":"+1415555%04d"}' % i for i in range(12)) + b']}',
+        b' \t\r\n{"campaign_id":"c","contacts":[{"phone":"+14155550100"}]} \n',
+        b'{"campaign_id":"c","contacts":[{"phone":"x"}],"contacts":[]}',
+        b'{"campaign_id":"c","contacts":[{"phone":"1"}]', b'{"campaign_id":"c","contacts":[{]}]}',
     ],
     'bearer': [s.encode() if isinstance(s, str) else s for s in [
         'Bearer ' + KEY, 'bearer ' + KEY, 'BEARER   ' + KEY, ' \tBearer ' + KEY + ' \t',

@@ -313,6 +313,14 @@ static void csv_errors(void **state)
 		     NULL);
 	expect_error("/v2/batches/upload?campaign_id=cmp-a&filename=x.txt", "text/csv",
 		     "phone\n+14155550300\n", 415, "unsupported_media_type", NULL);
+	/* The query as every route's (dispatcher/api/query.h): 400 invalid_parameter naming it. */
+	expect_error("/v2/batches/upload?campaign_id=cmp-a&nmae=x", "text/csv",
+		     "phone\n+14155550300\n", 400, "invalid_parameter", "'nmae' is unknown");
+	expect_error("/v2/batches/upload?campaign_id=cmp-a&campaign_id=cmp-a", "text/csv",
+		     "phone\n+14155550300\n", 400, "invalid_parameter",
+		     "'campaign_id' is given twice");
+	expect_error("/v2/batches/upload?campaign_id=cmp-%zz", "text/csv", "phone\n+14155550300\n",
+		     400, "invalid_parameter", "'campaign_id'");
 
 	/* 40 rows, 25 bad: exactly 20 named. */
 	char csv[4096];

@@ -408,6 +408,10 @@ static void list_pages(void **state)
 	n = 0;
 	page("?campaign_id=c6&limit=100", 41, ids, &n);
 	n = 0;
+	page("?campaign_id=c%36&limit=100", 41, ids, &n); /* values are percent-decoded */
+	n = 0;
+	page("?status=pa%75sed&limit=100", 20, ids, &n);
+	n = 0;
 	page("?status=paused&limit=100", 20, ids, &n);
 	n = 0;
 	page("?status=active", 0, ids, &n);
@@ -426,7 +430,8 @@ static void list_pages(void **state)
 		{ "?status=running", "status" }, { "?campaign_id=c%201", "campaign_id" },
 		{ "?cursor=abc", "cursor" },	 { "?cursor=123.", "cursor" },
 		{ "?cursor=.l001", "cursor" },	 { "?cursor=12x.l001", "cursor" },
-		{ "?cursor=1.l%2a", "cursor" },
+		{ "?cursor=1.l%2a", "cursor" },	 { "?limit=%zz", "limit" },
+		{ "?status=", "status" },	 { "?campaign_id=a%00b", "campaign_id" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		struct raw_response r;

@@ -117,6 +117,46 @@ static void unknown_arguments_are_refused(void **state)
 	assert_int_equal(r.code, 0);
 }
 
+/* The operator listener (/metrics, /healthz) off loopback needs DISPATCHER_ADMIN_TOKEN: refused
+ * at start without it (exit 2, naming both settings); loopback and off need none. */
+static void operator_listener_off_loopback_needs_token(void **state)
+{
+	static struct run r;
+	char *cfg[] = { "config", NULL };
+	static const struct {
+		const char *listen, *token;
+		int code;
+	} cases[] = {
+		{ "DISPATCHER_OPERATOR_LISTEN=127.0.0.1:9464", NULL, 0 },
+		{ "DISPATCHER_OPERATOR_LISTEN=127.10.0.1:9464", NULL, 0 },
+		{ "DISPATCHER_OPERATOR_LISTEN=[::1]:9464", NULL, 0 },
+		{ "DISPATCHER_OPERATOR_LISTEN=[::ffff:127.0.0.1]:9464", NULL, 0 },
+		{ "DISPATCHER_OPERATOR_LISTEN=off", NULL, 0 },
+		{ "DISPATCHER_OPERATOR_LISTEN=0.0.0.0:9464", NULL, 2 },
+		{ "DISPATCHER_OPERATOR_LISTEN=10.1.2.3:9464", NULL, 2 },
+		{ "DISPATCHER_OPERATOR_LISTEN=[::]:9464", NULL, 2 },
+		{ "DISPATCHER_OPERATOR_LISTEN=[::ffff:10.0.0.1]:9464", NULL, 2 },
+		{ "DISPATCHER_OPERATOR_LISTEN=128.0.0.1:9464", NULL, 2 },
+		{ "DISPATCHER_OPERATOR_LISTEN=0.0.0.0:9464", "DISPATCHER_ADMIN_TOKEN=s3cret", 0 },
+		{ "DISPATCHER_OPERATOR_LISTEN=[::]:9464", "DISPATCHER_ADMIN_TOKEN=s3cret", 0 },
+	};
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char *env[] = { (char *)cases[i].listen, (char *)cases[i].token, NULL };
+		run(&r, cfg, env);
+		if (r.code != cases[i].code)
+			fail_msg("%s %s: exit %d, want %d (%s)", cases[i].listen,
+				 cases[i].token ? cases[i].token : "", r.code, cases[i].code,
+				 r.err);
+		if (cases[i].code) {
+			assert_non_null(strstr(r.err, "DISPATCHER_OPERATOR_LISTEN"));
+			assert_non_null(strstr(r.err, "DISPATCHER_ADMIN_TOKEN"));
+			assert_non_null(strstr(r.err, "loopback"));
+		}
+	}
+}
+
 /* Text settings must parse as what they name; each refusal names the setting (exit 2). */
 static void text_settings_are_checked(void **state)
 {
@@ -395,6 +435,7 @@ int main(void)
 		cmocka_unit_test(help_and_version),
 		cmocka_unit_test(unknown_arguments_are_refused),
 		cmocka_unit_test(text_settings_are_checked),
+		cmocka_unit_test(operator_listener_off_loopback_needs_token),
 		cmocka_unit_test(bad_value_is_escaped),
 		cmocka_unit_test(migrate_honours_the_connect_deadline),
 		cmocka_unit_test(run_honours_the_connect_deadline),
