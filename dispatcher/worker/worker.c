@@ -484,7 +484,9 @@ static void readyz(struct http_request *req, void *data)
 {
 	struct worker *w = data;
 	struct gate_mode_state s = { 0 };
-	bool pg = pg_pool_up_count(w->pool) > 0;
+	bool pg = pg_pool_up_count(w->pool) > 0 &&
+		  /* issue10-g1: and the imports' pool, on a node serving the API */
+		  (!w->import_pool || pg_pool_up_count(w->import_pool) > 0);
 	char body[512];
 	int len;
 
