@@ -177,6 +177,11 @@ struct pg_pool *api_pool(const struct api *a)
 	return a->o.pool;
 }
 
+struct pg_pool *api_import_pool(const struct api *a)
+{
+	return a->o.import_pool;
+}
+
 struct gate *api_gate(const struct api *a)
 {
 	return a->o.gate;

@@ -82,9 +82,18 @@ struct api_dialer {
 	void (*cancel)(void *handle);
 };
 
+/* The import pool's size the worker creates: the most imports at once in a process (at most
+ * one per organisation besides). dispatcher/api/README.md, "Creating batches". */
+#define API_IMPORT_POOL_SIZE 4
+
 struct api_options {
 	uv_loop_t *loop;
-	struct pg_pool *pool;	   /* keys, organisations, batches, calls */
+	struct pg_pool *pool; /* keys, organisations, batches, calls */
+	/* The batch imports' own connections (issue10-g1): an import holds one in a transaction
+	 * for its whole upload, so never the worker's pool (whose connection 0 holds every
+	 * LISTEN). Its size is the process's import cap (API_IMPORT_POOL_SIZE); NULL: the import
+	 * routes answer 503. Borrowed; the caller starts and closes it. */
+	struct pg_pool *import_pool;
 	struct gate *gate;	   /* live counts (capacity, user/me); may be NULL */
 	struct redis_conn *conn;   /* the rate limiter's connection; may be NULL (fails open) */
 	struct redis_scripts *reg; /* holds the limiter's script (api_scripts_register()) */

@@ -98,6 +98,7 @@ void api_batch_upload(struct api_call *c);
 
 /* What the handlers use of the API's dependencies. */
 struct pg_pool *api_pool(const struct api *a);
+struct pg_pool *api_import_pool(const struct api *a); /* NULL: none (imports answer 503) */
 struct gate *api_gate(const struct api *a);
 const struct api_dialer *api_dialer(const struct api *a);
 uv_loop_t *api_loop(const struct api *a);

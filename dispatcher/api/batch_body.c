@@ -129,6 +129,15 @@ static bool key_is(const char *b, const struct member *m, const char *name)
 static void check_contact(struct batch_body *p, size_t s, size_t e, uint64_t i)
 {
 	char msg[JSON_STRICT_ERR];
+
+	if (e - s > BATCH_BODY_CONTACT_MAX) { /* by its length, before any parsing */
+		refuse(p, 422,
+		       "field contacts[%llu] is %zu bytes of JSON (from byte %zu); a contact may "
+		       "take at most %d",
+		       (unsigned long long)i, e - s, s, BATCH_BODY_CONTACT_MAX);
+		return;
+	}
+	p->parsed += e - s;
 	cJSON *j = json_strict_parse(p->b + s, e - s, msg, sizeof(msg));
 
 	if (!j) {
@@ -185,6 +194,12 @@ static void check_member(struct batch_body *p, const struct member *m)
 {
 	const char *b = p->b;
 	char msg[JSON_STRICT_ERR];
+
+	if (m->key_end - m->key > BATCH_BODY_FIELD_MAX) { /* by its length, before parsing */
+		refuse(p, 422, "a field name (from byte %zu) is longer than %d bytes", m->key,
+		       BATCH_BODY_FIELD_MAX);
+		return;
+	}
 	cJSON *k = json_strict_parse(b + m->key, m->key_end - m->key, msg, sizeof(msg));
 
 	if (!k || !cJSON_IsString(k)) {
@@ -195,6 +210,15 @@ static void check_member(struct batch_body *p, const struct member *m)
 	const char *key = k->valuestring;
 	key_seen(p, key);
 	if (p->status == 400) {
+		cJSON_Delete(k);
+		return;
+	}
+	if (strcmp(key, "contacts") != 0 && m->val_end - m->val > BATCH_BODY_FIELD_MAX) {
+		/* by its length, before any parsing: only the contacts may be long */
+		refuse(p, 422, "field %.64s is %zu bytes of JSON; at most %d", key,
+		       m->val_end - m->val, BATCH_BODY_FIELD_MAX);
+		if (strcmp(key, "campaign_id") == 0)
+			p->have_cid = true; /* refused above: not "missing" as well */
 		cJSON_Delete(k);
 		return;
 	}
@@ -250,11 +274,12 @@ bool batch_body_check(struct batch_body *p, unsigned budget)
 	struct member m;
 	int rc;
 
+	p->parsed = 0;
 	while (p->status != 400) {
 		if (p->in_contacts) {
 			if ((rc = walk_next(&p->arr, &m)) == 1) {
 				check_contact(p, m.val, m.val_end, p->contacts++);
-				if (--budget == 0)
+				if (--budget == 0 || p->parsed >= BATCH_BODY_SLICE_BYTES)
 					return false;
 				continue;
 			}

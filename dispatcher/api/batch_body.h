@@ -5,7 +5,8 @@
  * The body {"campaign_id", "name"?, "contacts": [{"phone", "variables"?}, ...]} is read twice
  * without ever building its whole tree:
  *   - the first pass (batch_body_init(), then batch_body_check() in slices of a budget of
- *     contacts, so that a route can yield to its loop between slices) checks the shape: the
+ *     contacts or BATCH_BODY_SLICE_BYTES of text, a contact or field too long refused by its
+ *     length before parsing, so that a route can yield to its loop between slices) checks the shape: the
  *     object's members (each key and value parsed alone with json_strict_parse(), a key twice
  *     or more than BATCH_BODY_FIELDS_MAX members -> 400), campaign_id and name strings, contacts
  *     an array of objects with a string phone and an object (or null) variables, each contact
@@ -28,6 +29,14 @@
 #define BATCH_BODY_VALUE      256 /* campaign_id's buffer: longer ones are cut (their length kept) */
 #define BATCH_BODY_NAME_MAX   200 /* a batch's name, bytes: BATCH_IMPORT_MAX_NAME */
 #define BATCH_BODY_MSG	      256 /* the message of a refusal */
+/* Refused by their length before they are parsed (issue10-g1: one 64 MiB contact parsed whole
+ * had grown the worker by 2.5 GiB and held its loop 35 s): a contact's text (the importer's
+ * 64 KiB of variables, BATCH_IMPORT_MAX_VARIABLES, plus 1 KiB), any other member's value or a
+ * member's name (422 naming it). */
+#define BATCH_BODY_CONTACT_MAX (65536 + 1024)
+#define BATCH_BODY_FIELD_MAX   4096
+/* Text parsed per batch_body_check() call, at most (besides its budget of contacts). */
+#define BATCH_BODY_SLICE_BYTES ((size_t)1 << 20)
 
 /* The members of an object or the elements of an array in b[0..len), pos just after its
  * opening bracket. */
@@ -55,6 +64,7 @@ struct batch_body {
 	size_t arr_at;			   /* the contacts array's '[' */
 	char *seen[BATCH_BODY_FIELDS_MAX]; /* the top-level keys so far (owned) */
 	unsigned nseen;
+	size_t parsed; /* bytes parsed in this batch_body_check() call */
 };
 
 /* Starts the first pass over body (len bytes, need not be NUL-terminated, borrowed until

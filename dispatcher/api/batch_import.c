@@ -22,6 +22,7 @@
 #include "log.h"
 
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -899,6 +900,72 @@ int batch_import_feed(struct batch_import *imp, const void *data, size_t len)
 	return after_input(imp);
 }
 
+/* One JSON number's text (valid JSON grammar): whether both cJSON (a finite double) and
+ * PostgreSQL's jsonb (numeric: an exponent within +-1000, at most 16383 digits after the point)
+ * hold it. 1e999999 is infinity to cJSON and refused by jsonb in the COPY (a 500 otherwise). */
+static bool number_ok(const char *s, size_t len)
+{
+	size_t i = 0, frac = 0;
+	long long exp = 0;
+	char buf[64];
+
+	if (s[i] == '-')
+		i++;
+	while (i < len && s[i] >= '0' && s[i] <= '9')
+		i++;
+	if (i < len && s[i] == '.')
+		for (i++; i < len && s[i] >= '0' && s[i] <= '9'; i++)
+			frac++;
+	if (i < len && (s[i] == 'e' || s[i] == 'E')) {
+		bool neg = false;
+		i++;
+		if (i < len && (s[i] == '+' || s[i] == '-'))
+			neg = s[i++] == '-';
+		for (; i < len && s[i] >= '0' && s[i] <= '9'; i++)
+			if (exp <= 100000)
+				exp = exp * 10 + (s[i] - '0');
+		exp = neg ? -exp : exp;
+	}
+	if (exp > 1000 || exp < -1000 || (long long)frac - exp > 16383)
+		return false;
+	/* Finite as a double: strtod on the text (a long one cut: its digits past 40 cannot move
+	 * it past DBL_MAX but by rounding, judged on the first 40 and the exponent). */
+	if (len < sizeof(buf)) {
+		memcpy(buf, s, len);
+		buf[len] = '\0';
+		return isfinite(strtod(buf, NULL));
+	}
+	size_t intd = 0, k = s[0] == '-';
+	while (k < len && s[k] == '0')
+		k++;
+	while (k + intd < len && s[k + intd] >= '0' && s[k + intd] <= '9')
+		intd++;
+	return (long long)intd + exp <= 308;
+}
+
+/* Every number in the JSON text s[0..len) (already valid JSON): number_ok(). Returns the first
+ * bad one's offset, or len when none. */
+static size_t numbers_check(const char *s, size_t len, size_t *bad_len)
+{
+	for (size_t i = 0; i < len; i++) {
+		if (s[i] == '"') {
+			for (i++; i < len && s[i] != '"'; i++)
+				if (s[i] == '\\')
+					i++;
+		} else if (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) {
+			size_t e = i;
+			while (e < len && strchr("+-.eE0123456789", s[e]))
+				e++;
+			if (!number_ok(s + i, e - i)) {
+				*bad_len = e - i;
+				return i;
+			}
+			i = e - 1;
+		}
+	}
+	return len;
+}
+
 int batch_import_add(struct batch_import *imp, const char *phone, size_t phone_len,
 		     const char *variables, size_t variables_len)
 {
@@ -917,6 +984,7 @@ int batch_import_add(struct batch_import *imp, const char *phone, size_t phone_l
 	}
 	if (variables) {
 		cJSON *j = NULL;
+		size_t at, bad_len = 0;
 		if (variables_len > BATCH_IMPORT_MAX_VARIABLES)
 			note_bad(imp, idx, "variables: longer than %d bytes",
 				 BATCH_IMPORT_MAX_VARIABLES);
@@ -926,6 +994,12 @@ int batch_import_add(struct batch_import *imp, const char *phone, size_t phone_l
 			note_bad(imp, idx, "variables: %s", err);
 		else if (!cJSON_IsObject(j))
 			note_bad(imp, idx, "variables: must be a JSON object");
+		else if ((at = numbers_check(variables, variables_len, &bad_len)) < variables_len)
+			note_bad(imp, idx,
+				 "variables: the number %.*s%s is out of range (infinite, or more "
+				 "than jsonb holds)",
+				 (int)(bad_len > 24 ? 24 : bad_len), variables + at,
+				 bad_len > 24 ? "..." : "");
 		cJSON_Delete(j);
 	}
 	if (!imp->stopping) {

@@ -32,34 +32,67 @@
 #include <string.h>
 #include <strings.h>
 
-#define IMPORTS_MAX  2	  /* concurrent imports per process, at most (and half the pool) */
 #define BUSY_RETRY_S "5"  /* Retry-After of the 503 when that many run */
 #define VALUE_BYTES  256  /* a query parameter or form field, decoded */
 #define CHECK_SLICE  2000 /* contacts checked per loop turn by the JSON route's first pass */
 
-static unsigned imports_running; /* this process's imports (the loop's thread only) */
+/* The imports running in this process (the loop's thread only): each holds one connection of
+ * the API's import pool for its whole length, so at most the pool's size run at once, and at
+ * most one per organisation, so that one organisation's slow uploads never keep the others
+ * out. */
+static char import_org[API_IMPORT_POOL_SIZE][API_ID_SIZE]; /* "": a free slot */
 
-static unsigned imports_cap(const struct api_call *c)
+static int imports_cap(const struct api_call *c)
 {
-	unsigned cap = pg_pool_size(api_pool(c->api)) / 2;
+	struct pg_pool *p = api_import_pool(c->api);
+	unsigned n = p ? pg_pool_size(p) : 0;
 
-	return cap < 1 ? 1 : cap > IMPORTS_MAX ? IMPORTS_MAX : cap;
+	return (int)(n > API_IMPORT_POOL_SIZE ? API_IMPORT_POOL_SIZE : n);
 }
 
-static bool slot_take(struct api_call *c)
+/* Takes an import slot for the key's organisation. Returns its index, or -1 (answered 503). */
+static int slot_take(struct api_call *c)
 {
-	if (imports_running >= imports_cap(c)) {
+	int cap = imports_cap(c), free_slot = -1, running = 0;
+
+	if (cap == 0) {
+		api_error(c, 503, "unavailable", "Batch imports are not served by this process.");
+		return -1;
+	}
+	for (int i = 0; i < cap; i++) {
+		if (!import_org[i][0]) {
+			if (free_slot < 0)
+				free_slot = i;
+			continue;
+		}
+		running++;
+		if (strcmp(import_org[i], c->key.org.id) == 0) {
+			http_response_header(c->req, "Retry-After", BUSY_RETRY_S);
+			api_error(
+				c, 503, "imports_busy",
+				"An import of this organisation is running on this server: one at "
+				"a time; retry in " BUSY_RETRY_S " s.");
+			return -1;
+		}
+	}
+	if (free_slot < 0) {
 		char msg[160];
 
 		snprintf(msg, sizeof(msg),
-			 "%u imports are running on this server, its most at once; retry in %s s.",
-			 imports_running, BUSY_RETRY_S);
+			 "%d imports are running on this server, its most at once; retry in %s s.",
+			 running, BUSY_RETRY_S);
 		http_response_header(c->req, "Retry-After", BUSY_RETRY_S);
 		api_error(c, 503, "imports_busy", msg);
-		return false;
+		return -1;
 	}
-	imports_running++;
-	return true;
+	snprintf(import_org[free_slot], API_ID_SIZE, "%s", c->key.org.id);
+	return free_slot;
+}
+
+static void slot_give(int slot)
+{
+	if (slot >= 0 && slot < API_IMPORT_POOL_SIZE)
+		import_org[slot][0] = '\0';
 }
 
 /* The import's result as the answer (201, 404, 409, 422, 500, 503). */
@@ -134,9 +167,12 @@ struct jcreate {
 	uv_timer_t tick;		 /* the first pass, a slice per loop turn */
 	struct batch_body body;		 /* the first pass (over the request's body) */
 	struct batch_body_walk contacts; /* the second pass */
+	int slot;			 /* the import slot taken (slot_take()), -1: none */
 };
 
 _Static_assert(BATCH_BODY_NAME_MAX == BATCH_IMPORT_MAX_NAME, "batch_body.h's name is the import's");
+_Static_assert(BATCH_BODY_CONTACT_MAX == BATCH_IMPORT_MAX_VARIABLES + 1024,
+	       "batch_body.h's contact is the import's variables and 1 KiB");
 
 static void jfree_cb(uv_handle_t *h)
 {
@@ -153,7 +189,7 @@ static void json_done(const struct batch_import_result *res, void *data)
 {
 	struct jcreate *j = data;
 
-	imports_running--;
+	slot_give(j->slot);
 	if (j->c)
 		answer_result(j->c, res);
 	jfree(j);
@@ -161,7 +197,7 @@ static void json_done(const struct batch_import_result *res, void *data)
 
 static void json_closed(void *data)
 {
-	imports_running--;
+	slot_give(((struct jcreate *)data)->slot);
 	jfree(data);
 }
 
@@ -209,7 +245,7 @@ static void json_checked(struct jcreate *j)
 		jfree(j);
 		return;
 	}
-	if (!slot_take(c)) {
+	if ((j->slot = slot_take(c)) < 0) {
 		jfree(j);
 		return;
 	}
@@ -222,9 +258,9 @@ static void json_checked(struct jcreate *j)
 					  .done_cb = json_done,
 					  .resume_cb = json_resume,
 					  .data = j };
-	int rc = batch_import_new(api_loop(c->api), api_pool(c->api), &o, &j->imp);
+	int rc = batch_import_new(api_loop(c->api), api_import_pool(c->api), &o, &j->imp);
 	if (rc) {
-		imports_running--;
+		slot_give(j->slot);
 		answer_new_failed(c, rc);
 		jfree(j);
 		return;
@@ -268,6 +304,7 @@ void api_batch_create(struct api_call *c)
 		return;
 	}
 	j->c = c;
+	j->slot = -1;
 	uv_timer_init(api_loop(c->api), &j->tick);
 	j->tick.data = j;
 	size_t len;
@@ -303,12 +340,13 @@ struct upload {
 	char cb_msg[256];
 	char *pending; /* input taken from the server but not yet parsed (paused) */
 	size_t pending_len, pending_cap;
+	int slot; /* the import slot taken (slot_take()) */
 	struct multipart mp;
 };
 
 static void upload_free(struct upload *u)
 {
-	imports_running--;
+	slot_give(u->slot);
 	free(u->pending);
 	free(u);
 }
@@ -374,7 +412,7 @@ static int upload_start(struct upload *u)
 					  .done_cb = upload_done,
 					  .resume_cb = upload_resume,
 					  .data = u };
-	int rc = batch_import_new(api_loop(c->api), api_pool(c->api), &o, &u->imp);
+	int rc = batch_import_new(api_loop(c->api), api_import_pool(c->api), &o, &u->imp);
 
 	if (rc) {
 		u->imp = NULL;
@@ -688,7 +726,7 @@ void api_batch_upload(struct api_call *c)
 			  BATCH_IMPORT_MAX_NAME);
 		return;
 	}
-	if (!slot_take(c)) {
+	if ((u->slot = slot_take(c)) < 0) {
 		free(u);
 		return;
 	}

@@ -72,6 +72,7 @@ struct worker {
 	struct api *api;	      /* the /v2 and /api routes; NULL in role worker */
 	struct api_dialer api_dialer; /* issue10-calls: POST /v2/calls -> direct (below) */
 	struct redis_conn *rl_conn;   /* issue10-f1: the API rate limiter's own connection */
+	struct pg_pool *import_pool;  /* issue10-g1: the batch imports' own connections */
 	uv_timer_t end_timer;	      /* closes call_end once the turn's requests are flushed */
 	unsigned parts;		      /* events / sweep closes not answered yet */
 	bool final;		      /* close_all() ran: close call_end once parts is 0 */
@@ -483,7 +484,9 @@ static void readyz(struct http_request *req, void *data)
 {
 	struct worker *w = data;
 	struct gate_mode_state s = { 0 };
-	bool pg = pg_pool_up_count(w->pool) > 0;
+	bool pg = pg_pool_up_count(w->pool) > 0 &&
+		  /* issue10-g1: and the imports' pool, on a node serving the API */
+		  (!w->import_pool || pg_pool_up_count(w->import_pool) > 0);
 	char body[512];
 	int len;
 
@@ -698,6 +701,9 @@ static void ends_closed(void *data)
 	if (w->rl_conn) /* issue10-f1 */
 		redis_conn_close(w->rl_conn, NULL, NULL);
 	w->rl_conn = NULL;
+	if (w->import_pool) /* issue10-g1 */
+		pg_pool_close(w->import_pool, NULL, NULL);
+	w->import_pool = NULL;
 	uv_close((uv_handle_t *)&w->end_timer, closed_noop);
 }
 
@@ -1185,8 +1191,20 @@ int worker_new(uv_loop_t *loop, const struct worker_options *o, struct worker **
 						  .scripts = w->reg };
 		if ((rc = redis_conn_new(w->loop, &rlo, &w->rl_conn)))
 			return rc;
+		/* issue10-g1: the imports' own pool (api.h), so that an upload never holds one of
+		 * the worker's connections (connection 0 holds every LISTEN) in its transaction. */
+		struct pg_pool_options ipo = { .conninfo = o->database_url,
+					       .name = "import",
+					       .size = API_IMPORT_POOL_SIZE,
+					       .connect_timeout_ms = o->pg_connect_timeout_ms,
+					       .query_timeout_ms = o->pg_query_timeout_ms,
+					       .reconnect_min_ms = o->reconnect_min_ms,
+					       .reconnect_max_ms = o->reconnect_max_ms };
+		if ((rc = pg_pool_new(w->loop, &ipo, &w->import_pool)))
+			return rc;
 		struct api_options ao = { .loop = w->loop,
 					  .pool = w->pool,
+					  .import_pool = w->import_pool, /* issue10-g1 */
 					  .gate = w->gate,
 					  .conn = w->rl_conn, /* issue10-f1 */
 					  .reg = w->reg,
@@ -1260,7 +1278,8 @@ int worker_start(struct worker *w)
 	uv_signal_start(&w->sigterm, on_signal, SIGTERM);
 	uv_signal_start(&w->sigint, on_signal, SIGINT);
 	if ((rc = pg_pool_start(w->pool)) || (rc = redis_conn_start(w->conn)) ||
-	    (w->rl_conn && (rc = redis_conn_start(w->rl_conn))) || /* issue10-f1 */
+	    (w->rl_conn && (rc = redis_conn_start(w->rl_conn))) ||	/* issue10-f1 */
+	    (w->import_pool && (rc = pg_pool_start(w->import_pool))) || /* issue10-g1 */
 	    (rc = redis_sub_start(w->sub)) || (rc = gate_mode_start(w->mode)) ||
 	    (rc = refresher_start(w->refresher)) || (rc = reconciler_start(w->reconciler)) ||
 	    (w->o.role != WORKER_ROLE_API && (rc = select_start(w->sel))))

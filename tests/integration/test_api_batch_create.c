@@ -15,8 +15,12 @@
  *    (multipart without its closing boundary), 404 another organisation's campaign.
  *  - body_limits: JSON Content-Length at the limit + 1 answers 413 naming the limit in bytes; a
  *    body of exactly the limit is imported; the CSV route's 413 names its own limit.
- *  - imports_capped: two uploads held open take both import slots; a third answers 503 with
- *    Retry-After; once the two clients go away (rolled back, nothing written) a new one passes.
+ *  - imports_capped: an upload of org-a held open takes org-a's import slot: org-a's next one
+ *    answers 503 with Retry-After while org-b's imports pass; once the client goes away (rolled
+ *    back, nothing written) org-a's next one passes.
+ *  - import_own_pool: the import's backend belongs to the API's import pool, not the worker's.
+ *  - oversized_contact: an 8 MiB contact is 422 by its length, the worker's VmHWM grows < 64
+ *    MiB; another field or campaign_id over 4 KiB: 422 naming it.
  *  - import_250k_rss: 250,000 contacts by each route, each in a fresh worker: time and the
  *    worker's peak RSS (VmHWM) printed.
  */
@@ -417,6 +421,21 @@ static void body_limits(void **state)
 	raw_response_free(&r);
 }
 
+static long hwm_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
 static void imports_capped(void **state)
 {
 	struct raw_response r;
@@ -424,29 +443,42 @@ static void imports_capped(void **state)
 	(void)state;
 	long long before = sql_num("SELECT count(*) FROM batches WHERE org_id = '%s'", "org-a");
 
-	/* Two uploads that never finish their body hold the two import slots. */
+	/* An upload of org-a that never finishes its body holds org-a's import slot. */
 	int a = open_request("POST", "/v2/batches/upload?campaign_id=cmp-a", key_a, "text/csv",
 			     100000, "phone\n+14155550500\n");
-	int b = open_request("POST", "/v2/batches/upload?campaign_id=cmp-a", key_a, "text/csv",
-			     100000, "phone\n+14155550501\n");
 	long long deadline = fixture_now_ms() + API_WAIT_MS;
 	int st;
-	do { /* until both are in their handler: then the third is refused */
+	do { /* until it is in its handler: then org-a's next one is refused */
 		st = post("/v2/batches/upload?campaign_id=cmp-a", key_a, "text/csv",
 			  "phone\n+14155550502\n", &r);
 		if (st == 503) {
 			assert_non_null(raw_header(&r, "Retry-After", v, sizeof(v)));
 			assert_string_equal(v, "5");
 			assert_non_null(strstr(r.body, "imports_busy"));
+			assert_non_null(strstr(r.body, "this organisation"));
 		} else {
 			assert_int_equal(st, 201);
 		}
 		raw_response_free(&r);
 		assert_true(fixture_now_ms() < deadline);
 	} while (st != 503);
-	/* The two clients go away: their imports roll back and free the slots. */
+	/* Meanwhile another organisation imports (JSON and CSV), twice in a row. */
+	for (int i = 0; i < 2; i++) {
+		st = api_request(w1.port, "POST", "/v2/batches/upload?campaign_id=cmp-b", key_b,
+				 "text/csv", "phone\n+14155550510\n", &r);
+		if (st != 201)
+			fail_msg("org-b upload while org-a's runs: %d %s", st, r.body);
+		raw_response_free(&r);
+		st = api_request(w1.port, "POST", "/v2/batches", key_b, "application/json",
+				 "{\"campaign_id\":\"cmp-b\",\"contacts\":[{\"phone\":"
+				 "\"+14155550511\"}]}",
+				 &r);
+		if (st != 201)
+			fail_msg("org-b JSON while org-a's runs: %d %s", st, r.body);
+		raw_response_free(&r);
+	}
+	/* org-a's client goes away: its import rolls back and frees the slot. */
 	raw_close_reset(a);
-	raw_close_reset(b);
 	do {
 		st = post("/v2/batches/upload?campaign_id=cmp-a", key_a, "text/csv",
 			  "phone\n+14155550503\n", &r);
@@ -464,19 +496,105 @@ static void imports_capped(void **state)
 	assert_true(sql_num("SELECT count(*) FROM batches WHERE org_id = '%s'", "org-a") > before);
 }
 
-static long hwm_kib(pid_t pid)
+/* The import holds a connection of the API's own import pool, never one of the worker's (whose
+ * connection 0 holds every LISTEN): its backend, terminated, is logged as pg[import.N]. */
+static void import_own_pool(void **state)
 {
-	char path[64], line[256];
-	long kib = -1;
+	(void)state;
+	int a = open_request("POST", "/v2/batches/upload?campaign_id=cmp-a", key_a, "text/csv",
+			     100000, "phone\n+14155550520\n");
+	long long deadline = fixture_now_ms() + API_WAIT_MS;
+	char pid[32] = "";
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
+	while (!pid[0]) { /* the import's backend, in its transaction */
+		PGresult *q = api_sql(db, "SELECT pid FROM pg_stat_activity WHERE pid <> "
+					  "pg_backend_pid() AND xact_start IS NOT NULL AND (query "
+					  "LIKE 'COPY contacts%%' OR query LIKE 'WITH c AS (SELECT "
+					  "status FROM campaigns%%')");
+		if (PQntuples(q) == 1)
+			snprintf(pid, sizeof(pid), "%s", PQgetvalue(q, 0, 0));
+		PQclear(q);
+		assert_true(fixture_now_ms() < deadline);
+		if (!pid[0])
+			fixture_sleep_ms(20);
+	}
+	PQclear(api_sql(db, "SELECT pg_terminate_backend(%s)", pid));
+	/* The loss is logged by the import pool's connection (on the worker's pool it would be
+	 * pg[worker.N]: the import's connection deaf to the worker's LISTENs). */
+	bool found = false;
+	while (!found) {
+		FILE *f = fopen(w1.log, "r");
+		char line[1024];
+		assert_non_null(f);
+		while (fgets(line, sizeof(line), f))
+			found = found ||
+				(strstr(line, "connection lost") && strstr(line, "pg[import."));
+		fclose(f);
+		if (!found && fixture_now_ms() > deadline)
+			fail_msg("no pg[import.N] connection lost in %s: the import's backend %s "
+				 "was "
+				 "not the import pool's",
+				 w1.log, pid);
+		if (!found)
+			fixture_sleep_ms(20);
+	}
+	raw_close_reset(a); /* the import, its connection gone, is rolled back */
+}
+
+/* One oversized contact, or another field, is refused by its length before it is parsed: at
+ * once, and without the worker's memory growing by the contact's tree (an 8 MiB contact of
+ * small numbers parsed whole is ~256 MiB of cJSON). */
+static void oversized_contact(void **state)
+{
+	enum { BIG = 8 << 20 };
+	struct raw_response r;
+	(void)state;
+	char *body = malloc(BIG + 256), *o = body;
+
+	assert_non_null(body);
+	o += sprintf(o, "{\"campaign_id\":\"cmp-a\",\"contacts\":[{\"phone\":\"+14155550530\"},"
+			"{\"phone\":\"+14155550531\",\"variables\":{\"a\":[1");
+	while (o - body < BIG)
+		o += sprintf(o, ",1");
+	o += sprintf(o, "]}}]}");
+	api_worker_stop(&w1); /* a fresh worker: VmHWM is its own */
+	api_worker_start(&w1, "bc-big");
+	long base = hwm_kib(w1.pid);
+	long long t0 = fixture_now_ms();
+	int fd = open_request("POST", "/v2/batches", key_a, "application/json", (size_t)(o - body),
+			      NULL);
+	assert_int_equal(raw_send(fd, body, (size_t)(o - body)), 0);
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	close(fd);
+	long long ms = fixture_now_ms() - t0;
+	long grew = hwm_kib(w1.pid) - base;
+	print_message("oversized_contact: %zu bytes answered %d in %lld ms; VmHWM +%ld KiB\n",
+		      (size_t)(o - body), r.status, ms, grew);
+	if (r.status != 422 || !strstr(r.body, "contacts[1] is"))
+		fail_msg("%d %s", r.status, r.body);
+	raw_response_free(&r);
+	assert_true(grew < 64 * 1024);
+	free(body);
+
+	/* Another field over 4 KiB, the campaign_id too: 422 naming it. */
+	char *big = malloc(10000);
+	assert_non_null(big);
+	memset(big, 'x', 5000);
+	big[5000] = '\0';
+	char *b2 = malloc(12000);
+	assert_non_null(b2);
+	snprintf(b2, 12000,
+		 "{\"campaign_id\":\"cmp-a\",\"note\":\"%s\",\"contacts\":[{\"phone\":"
+		 "\"+14155550532\"}]}",
+		 big);
+	expect_error("/v2/batches", "application/json", b2, 422, "invalid_request",
+		     "field note is 5002 bytes");
+	snprintf(b2, 12000, "{\"campaign_id\":\"%s\",\"contacts\":[{\"phone\":\"+14155550532\"}]}",
+		 big);
+	expect_error("/v2/batches", "application/json", b2, 422, "invalid_request",
+		     "field campaign_id is 5002 bytes");
+	free(big);
+	free(b2);
 }
 
 /* Sends body (len bytes) as one request and reads the answer. */
@@ -571,6 +689,8 @@ int main(void)
 		cmocka_unit_test(csv_errors),
 		cmocka_unit_test(body_limits),
 		cmocka_unit_test(imports_capped),
+		cmocka_unit_test(import_own_pool),
+		cmocka_unit_test(oversized_contact),
 		cmocka_unit_test(import_250k_rss),
 	};
 

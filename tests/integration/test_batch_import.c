@@ -241,6 +241,40 @@ static void json_happy_path(void **state)
 	assert_int_equal(count_for("contacts", "org_json"), 3);
 }
 
+/* Numbers in variables that cJSON reads as infinity or jsonb cannot hold are bad contacts named
+ * by index (they were a 500 when the COPY failed); the largest ones both hold are written. */
+static void json_numbers_out_of_range(void **state)
+{
+	struct run r;
+	(void)state;
+	static char longfrac[16500];
+	int n = snprintf(longfrac, sizeof(longfrac), "{\"x\":0.");
+
+	memset(longfrac + n, '0', 16383);
+	snprintf(longfrac + n + 16383, sizeof(longfrac) - (size_t)n - 16383, "1}");
+	make_org("num", "active");
+	start(&r, "org_num", "cmp_num", BATCH_IMPORT_JSON, 250000, 0);
+	add(&r, "+14155550100", "{\"x\":1e308,\"y\":[1e-1000,-0.5,\"1e999999\"]}");
+	add(&r, "+14155550101", "{\"x\":1e999999}");
+	add(&r, "+14155550102", "{\"x\":{\"y\":[-1e999999]}}");
+	add(&r, "+14155550103", "{\"x\":0.0e-2000}");
+	add(&r, "+14155550104", longfrac);
+	finish(&r);
+	assert_int_equal(r.http, 422);
+	assert_string_equal(r.error, "invalid_contacts");
+	assert_int_equal(r.bad, 4);
+	for (unsigned i = 0; i < 4; i++)
+		assert_int_equal(r.rows[i], i + 1);
+	assert_non_null(strstr(r.body, "the number 1e999999 is out of range"));
+	assert_nothing_written("org_num");
+
+	start(&r, "org_num", "cmp_num", BATCH_IMPORT_JSON, 250000, 0);
+	add(&r, "+14155550100", "{\"x\":1e308,\"y\":[1e-1000,-0.5,\"1e999999\"]}");
+	finish(&r);
+	assert_int_equal(r.http, 201);
+	assert_int_equal(count_for("contacts", "org_num"), 1);
+}
+
 /* A CSV of n rows; the data rows listed in bad (1-based, 0-terminated) have a bad phone. */
 static char *make_csv(int n, const int *bad)
 {
@@ -546,6 +580,7 @@ int main(void)
 		cmocka_unit_test(csv_happy_path),
 		cmocka_unit_test(csv_byte_by_byte),
 		cmocka_unit_test(json_happy_path),
+		cmocka_unit_test(json_numbers_out_of_range),
 		cmocka_unit_test(one_bad_row_among_many),
 		cmocka_unit_test(twenty_five_bad_rows),
 		cmocka_unit_test(bad_files),

@@ -10,6 +10,8 @@
 #include "batch_body.h"
 #include "calls_body.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int calls(const char *body, struct calls_body *out, char *field, char *msg)
@@ -114,6 +116,56 @@ static void batch_sliced_and_second_pass(void **state)
 	batch_body_deinit(&b);
 }
 
+/* issue10-g1: a contact or another field too long is refused by its length (never parsed), and
+ * a slice ends after BATCH_BODY_SLICE_BYTES of text whatever its budget of contacts. */
+static void batch_sizes_and_byte_slices(void **state)
+{
+	struct batch_body p;
+	size_t cap = 4 << 20, n;
+	char *b = malloc(cap);
+	(void)state;
+
+	assert_non_null(b);
+	n = (size_t)sprintf(b,
+			    "{\"campaign_id\":\"c\",\"contacts\":[{\"phone\":\"+1\",\"variables\":"
+			    "{\"a\":\"");
+	memset(b + n, 'x', BATCH_BODY_CONTACT_MAX);
+	n += BATCH_BODY_CONTACT_MAX;
+	n += (size_t)sprintf(b + n, "\"}}]}");
+	first_pass(&p, b, 1000);
+	assert_int_equal(p.status, 422);
+	assert_non_null(strstr(p.msg, "contacts[0] is"));
+	batch_body_deinit(&p);
+
+	n = (size_t)sprintf(b, "{\"campaign_id\":\"c\",\"x\":\"");
+	memset(b + n, 'y', BATCH_BODY_FIELD_MAX);
+	n += BATCH_BODY_FIELD_MAX;
+	n += (size_t)sprintf(b + n, "\",\"contacts\":[]}");
+	first_pass(&p, b, 1000);
+	assert_int_equal(p.status, 422);
+	assert_non_null(strstr(p.msg, "field x is"));
+	batch_body_deinit(&p);
+
+	/* 40 contacts of 60 KiB: 2.4 MiB; a budget of 1000 contacts takes 3 slices. */
+	n = (size_t)sprintf(b, "{\"campaign_id\":\"c\",\"contacts\":[");
+	for (int i = 0; i < 40; i++) {
+		n += (size_t)sprintf(b + n, "%s{\"phone\":\"+1\",\"variables\":{\"a\":\"",
+				     i ? "," : "");
+		memset(b + n, 'z', 60 << 10);
+		n += 60 << 10;
+		n += (size_t)sprintf(b + n, "\"}}");
+	}
+	sprintf(b + n, "]}");
+	assert_int_equal(batch_body_init(&p, b, strlen(b)), 0);
+	unsigned slices = 1;
+	while (!batch_body_check(&p, 1000))
+		slices++;
+	assert_int_equal(p.status, 0);
+	assert_int_equal(slices, 3);
+	batch_body_deinit(&p);
+	free(b);
+}
+
 static void batch_refusals(void **state)
 {
 	struct batch_body p;
@@ -137,7 +189,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(calls_accepted), cmocka_unit_test(calls_empty_member_named),
 		cmocka_unit_test(calls_refusals), cmocka_unit_test(batch_sliced_and_second_pass),
-		cmocka_unit_test(batch_refusals),
+		cmocka_unit_test(batch_refusals), cmocka_unit_test(batch_sizes_and_byte_slices),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
