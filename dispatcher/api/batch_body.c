@@ -207,7 +207,7 @@ static void check_member(struct batch_body *p, const struct member *m)
 		cJSON_Delete(k);
 		return;
 	}
-	const char *key = k->valuestring;
+	const char *key = k->valuestring ? k->valuestring : ""; /* a string's is never NULL */
 	key_seen(p, key);
 	if (p->status == 400) {
 		cJSON_Delete(k);

@@ -4,7 +4,9 @@
 #include "log.h"
 
 #include <stdlib.h>
+#include <inttypes.h>
 #include <string.h>
+#include <strings.h>
 
 #define ID_SZ  65
 #define NUM_SZ 33
@@ -392,6 +394,16 @@ static bool write_one_batch(struct gate_flow *f)
 	if (rc != -ETIMEDOUT)
 		log_warn(LOG_GATE, "call-row write of %u calls not sent (%d): releasing them", b->n,
 			 rc);
+	for (uint32_t i = 0; rc == -EINVAL && i < b->n; i++) /* name what the check refused */
+		for (uint32_t j = 0; j < i; j++)
+			if (strcasecmp(calls[i].call, calls[j].call) == 0 ||
+			    (calls[i].dial.contact &&
+			     calls[i].dial.contact == calls[j].dial.contact))
+				log_warn(LOG_GATE,
+					 "call-row write: calls %s and %s (contacts %" PRId64
+					 " and %" PRId64 ") in one write",
+					 calls[j].call, calls[i].call, calls[j].dial.contact,
+					 calls[i].dial.contact);
 	write_cb(f->pg, o, b->n, b);
 	return true;
 }
