@@ -449,6 +449,14 @@ static void imports_capped(void **state)
 	long long deadline = fixture_now_ms() + API_WAIT_MS;
 	int st;
 	do { /* until it is in its handler: then org-a's next one is refused */
+		char b[64];
+		/* Under load the held upload can reach its handler while one of the polls below
+		 * holds the slot: it is answered 503 and closed. Then it is opened again. */
+		if (recv(a, b, sizeof(b), MSG_DONTWAIT) >= 0) {
+			close(a);
+			a = open_request("POST", "/v2/batches/upload?campaign_id=cmp-a", key_a,
+					 "text/csv", 100000, "phone\n+14155550500\n");
+		}
 		st = post("/v2/batches/upload?campaign_id=cmp-a", key_a, "text/csv",
 			  "phone\n+14155550502\n", &r);
 		if (st == 503) {
