@@ -1,5 +1,6 @@
 #include "json_strict.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
@@ -35,10 +36,30 @@ static bool scan_strings(const char *buf, size_t len, size_t *ctl, char *err, si
 				 ch ? "a control character" : "a NUL", i);
 			return false;
 		} else if (ch == '\\' && i + 1 < len) {
-			if (buf[i + 1] == 'u' && i + 5 < len &&
-			    memcmp(buf + i + 2, "0000", 4) == 0) {
-				snprintf(err, errlen, "a NUL (\\u0000) inside a string at byte %zu",
-					 i);
+			/* RFC 8259's escapes only: cJSON decodes a \u without four hex digits
+			 * to a NUL (cutting the string) and takes any byte after a backslash. */
+			char e = buf[i + 1];
+			if (e == 'u') {
+				size_t h = 0;
+				while (h < 4 && i + 2 + h < len &&
+				       isxdigit((unsigned char)buf[i + 2 + h]))
+					h++;
+				if (h < 4) {
+					snprintf(
+						err, errlen,
+						"an invalid \\u escape inside a string at byte %zu "
+						"(four hex digits wanted)",
+						i);
+					return false;
+				}
+				if (memcmp(buf + i + 2, "0000", 4) == 0) {
+					snprintf(err, errlen,
+						 "a NUL (\\u0000) inside a string at byte %zu", i);
+					return false;
+				}
+			} else if (!strchr("\"\\/bfnrt", e) || e == '\0') {
+				snprintf(err, errlen,
+					 "an invalid escape inside a string at byte %zu", i);
 				return false;
 			}
 			i++; /* the escaped character */

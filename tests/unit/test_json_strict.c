@@ -58,8 +58,23 @@ static void nul_and_controls_in_strings(void **state)
 	refused("{\"a\0b\":1}", 9, "a NUL inside a string at byte 3");
 	REFUSED("{\"a\":\"x\\u0000y\"}", "a NUL (\\u0000) inside a string at byte 7");
 	REFUSED("{\"a\":\"x\ty\"}", "a control character inside a string at byte 7");
+	/* A \u without four hex digits (cJSON decoded it to a NUL, cutting the string) and any
+	 * other escape than RFC 8259's: found by tests/fuzz/fuzz_json_strict. */
+	refused("{\"a\":\"\\udd\\\0k180\"}", 18,
+		"an invalid \\u escape inside a string at byte 6 (four hex digits wanted)");
+	REFUSED("{\"a\":\"\\uzzzz\"}",
+		"an invalid \\u escape inside a string at byte 6 (four hex digits wanted)");
+	REFUSED("{\"a\":\"\\u00\"}",
+		"an invalid \\u escape inside a string at byte 6 (four hex digits wanted)");
+	refused("{\"a\":\"x\\\0y\"}", 12, "an invalid escape inside a string at byte 7");
+	REFUSED("{\"a\":\"x\\qy\"}", "an invalid escape inside a string at byte 7");
+	REFUSED("{\"a\":\"x\\\x01y\"}", "an invalid escape inside a string at byte 7");
 	/* Escapes that are fine: \u0001, an escaped quote before a NUL-looking text. */
 	const char *esc = "{\"a\":\"\\u0001\\\"u0000\"}";
+	const char *all = "{\"a\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\uABcd\"}";
+	cJSON *k = parse(all, strlen(all));
+	assert_non_null(k);
+	cJSON_Delete(k);
 	cJSON *j = parse(esc, strlen(esc));
 	assert_non_null(j);
 	cJSON_Delete(j);
