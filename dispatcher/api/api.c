@@ -3,6 +3,7 @@
 
 #include "error.h"
 #include "log.h"
+#include "meta_cache.h" /* SPEC P7 */
 #include "pg_pool.h"
 #include "ratelimit_redis.h"
 #include "strmap.h"
@@ -59,6 +60,10 @@ struct neg_entry {
 struct api {
 	struct api_options o;
 	const struct pg_stmt *st_key;
+	/* --- SPEC P7: the read routes' prepared statements and the capacity cache --- */
+	const struct pg_stmt *st_capacity_meta, *st_me;
+	struct meta_cache *meta_cache;
+	/* --- end SPEC P7 --- */
 	struct binding *bindings;
 	size_t n_bindings;
 	struct strmap cache;	    /* hex hash -> struct key_entry */
@@ -196,6 +201,23 @@ uv_loop_t *api_loop(const struct api *a)
 {
 	return a->o.loop;
 }
+
+/* --- SPEC P7 --- */
+const struct pg_stmt *api_stmt_capacity_meta(const struct api *a)
+{
+	return a->st_capacity_meta;
+}
+
+const struct pg_stmt *api_stmt_me(const struct api *a)
+{
+	return a->st_me;
+}
+
+struct meta_cache *api_meta_cache(const struct api *a)
+{
+	return a->meta_cache;
+}
+/* --- end SPEC P7 --- */
 
 /* ---- buffered bodies ---- */
 
@@ -549,7 +571,11 @@ int api_new(const struct api_options *o, struct api **out)
 			a->bindings[a->n_bindings++] = (struct binding){ a, &tables[t].defs[i] };
 	if ((o->conn && o->reg &&
 	     (rc = ratelimit_redis_new(o->loop, o->conn, o->reg, NULL, &a->rl))) ||
-	    (rc = pg_pool_prepare(o->pool, SQL_KEY, 1, &a->st_key))) {
+	    (rc = pg_pool_prepare(o->pool, SQL_KEY, 1, &a->st_key)) ||
+	    /* SPEC P7 */
+	    (rc = pg_pool_prepare(o->pool, api_sql_capacity_meta, 2, &a->st_capacity_meta)) ||
+	    (rc = pg_pool_prepare(o->pool, api_sql_me, 1, &a->st_me)) ||
+	    (rc = meta_cache_new(o->loop, o->pool, &a->meta_cache))) {
 		api_free(a);
 		return rc;
 	}
@@ -605,6 +631,7 @@ void api_free(struct api *a)
 		return;
 	cache_clear(a);
 	neg_clear(a);
+	meta_cache_free(a->meta_cache); /* SPEC P7 */
 	free(a->bindings);
 	free(a);
 }

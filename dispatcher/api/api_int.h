@@ -103,6 +103,17 @@ struct gate *api_gate(const struct api *a);
 const struct api_dialer *api_dialer(const struct api *a);
 uv_loop_t *api_loop(const struct api *a);
 
+/* --- prepared route statements and the capacity cache (SPEC P7) ---
+ * The statements of the hot read routes, prepared once per pool connection by api_new()
+ * (pg_pool_prepare(), like the key lookup), so they are not planned on every call. */
+extern const char api_sql_capacity_meta[]; /* route_capacity.c; $1 org, $2 campaign */
+extern const char api_sql_me[];		   /* route_me.c; $1 org */
+const struct pg_stmt *api_stmt_capacity_meta(const struct api *a);
+const struct pg_stmt *api_stmt_me(const struct api *a);
+/* The capacity route's cache of campaign meta and refusals (meta_cache.h). */
+struct meta_cache *api_meta_cache(const struct api *a);
+/* --- end prepared route statements and the capacity cache --- */
+
 /* Answers body (consumed, may be NULL: then 500) as application/json with status, and frees
  * c. */
 void api_json(struct api_call *c, int status, cJSON *body);

@@ -24,6 +24,7 @@
 #include "gate.h"
 #include "gate_capacity.h"
 #include "ident.h"
+#include "meta_cache.h"
 #include "pg_pool.h"
 
 #include <libpq-fe.h>
@@ -41,7 +42,7 @@
 
 /* $1 org, $2 campaign. The requested campaign (want = true) and every campaign with a floor row
  * (the installed active set, capacity.h V1), sorted bytewise like gate_capacity.h's meta. */
-static const char SQL_META[] =
+const char api_sql_capacity_meta[] =
 	"SELECT c.id, c.status::text, c.max_concurrent_calls, coalesce(f.active, false),"
 	" c.id = $2::text, (SELECT gate_mode FROM system_settings)"
 	" FROM campaigns c LEFT JOIN fair_share_floors f ON f.org_id = $1::text"
@@ -105,11 +106,6 @@ static const char SQL_ETA[] =
 	" SELECT m.mean, m.n, (SELECT extract(epoch FROM now() - created_at)::float8 FROM cand"
 	" WHERE rn <= excess ORDER BY created_at OFFSET $4::int - 1 LIMIT 1) FROM m";
 
-/* One campaign of the meta read. */
-struct meta_row {
-	char id[API_ID_SIZE];
-};
-
 struct over {
 	char id[API_ID_SIZE]; /* "" for the direct pseudo-campaign */
 	uint32_t excess;
@@ -120,8 +116,12 @@ struct cap {
 	char id[API_ID_SIZE];
 	uint32_t n_meta;
 	struct capacity_meta *meta;
-	struct meta_row *meta_ids;
+	struct meta_cache_row *rows; /* meta's ids point into them */
 	bool postgres_mode;
+	/* The meta's origin (README "Caching"): the cache (from_cache; the versions it was read
+	 * with, checked against the view's), or a read under the cache's generation gen. */
+	bool from_cache, stale;
+	uint64_t limits_version, floors_version, gen;
 	int pending;	       /* Redis answers outstanding */
 	bool view_ok;	       /* the gate answered a usable view */
 	int view_rc;	       /* the gate's view could not be computed */
@@ -145,7 +145,7 @@ struct cap {
 static void cap_free(struct cap *m)
 {
 	free(m->meta);
-	free(m->meta_ids);
+	free(m->rows);
 	free(m->over);
 	free(m);
 }
@@ -501,10 +501,25 @@ static void from_postgres(struct cap *m, const char *reason)
 
 /* ---- the gate ---- */
 
+static void read_meta(struct cap *m);
+
 static void redis_done(struct cap *m)
 {
 	if (--m->pending > 0)
 		return;
+	if (m->stale) {
+		/* The limits or floors changed since the meta was cached: the active set may have
+		 * too. Read it again, then the view again (the first one is gone). */
+		meta_cache_drop(api_meta_cache(m->c->api), m->c->key.org.id, m->id);
+		free(m->meta);
+		free(m->rows);
+		m->meta = NULL;
+		m->rows = NULL;
+		m->n_meta = 0;
+		m->from_cache = m->stale = false;
+		read_meta(m);
+		return;
+	}
 	if (m->view_rc) {
 		view_failed(m, m->view_rc);
 		return;
@@ -523,6 +538,20 @@ static void view_cb(struct gate *g, int status, const struct gate_view *v, void 
 
 	(void)g;
 	if (!status && v && v->limits_version) {
+		if (m->from_cache && (v->limits_version != m->limits_version ||
+				      v->floors_version != m->floors_version)) {
+			m->stale = true; /* read again (redis_done()) */
+			redis_done(m);
+			return;
+		}
+		if (!m->from_cache) {
+			struct meta_cache_meta mm = { .rows = m->rows,
+						      .n = m->n_meta,
+						      .limits_version = v->limits_version,
+						      .floors_version = v->floors_version };
+			meta_cache_put(api_meta_cache(m->c->api), m->c->key.org.id, m->id, m->gen,
+				       &mm);
+		}
 		m->source = "gate";
 		m->view_rc = from_view(m, v); /* answered once the stats are in too */
 	}
@@ -537,6 +566,7 @@ static void stats_cb(struct gate *g, int status, const struct gate_stats *s, voi
 	if (!status && s) {
 		m->stats_ok = true;
 		memcpy(m->refused, s->minute.refused, sizeof(m->refused));
+		meta_cache_stats_put(api_meta_cache(m->c->api), m->c->key.org.id, m->refused);
 	}
 	redis_done(m);
 }
@@ -550,6 +580,46 @@ static enum fairshare_state state_of(const char *status)
 	if (strcmp(status, "paused") == 0)
 		return FAIRSHARE_PAUSED;
 	return FAIRSHARE_STOPPED; /* stopped, completed */
+}
+
+/* The meta is in m (read or cached): the counts from the gate, or from PostgreSQL. */
+static void with_meta(struct cap *m)
+{
+	struct gate *g = api_gate(m->c->api);
+
+	if (m->postgres_mode || !g) {
+		from_postgres(m, m->postgres_mode
+					 ? "the gate is in postgres mode (SPEC C11): counted "
+					   "from the call rows"
+					 : "no Redis gate: counted from the call rows");
+		return;
+	}
+	/* The refusals: read at most once per META_CACHE_TTL_MS per organisation. */
+	bool stats = !meta_cache_stats_get(api_meta_cache(m->c->api), m->c->key.org.id, m->refused);
+	m->stats_ok = !stats;
+	m->pending = 1 + stats;
+	if (gate_read(g, m->c->key.org.id, view_cb, m)) {
+		m->pending = 0;
+		from_postgres(m,
+			      "the gate could not answer (Redis unavailable or its state not built "
+			      "yet): counted from the call rows");
+		return;
+	}
+	if (stats && gate_read_stats(g, m->c->key.org.id, stats_cb, m))
+		m->pending--; /* the refusals block answers null */
+}
+
+/* m->meta over m->rows[0..n). */
+static int meta_link(struct cap *m, uint32_t n)
+{
+	if (!(m->meta = calloc(n ? n : 1, sizeof(*m->meta))))
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++)
+		m->meta[i] = (struct capacity_meta){ .id = m->rows[i].id,
+						     .state = m->rows[i].state,
+						     .active = m->rows[i].active };
+	m->n_meta = n;
+	return 0;
 }
 
 static void meta_done(int status, const struct pg_results *r, void *data)
@@ -566,23 +636,23 @@ static void meta_done(int status, const struct pg_results *r, void *data)
 	}
 	const PGresult *res = r->res[0];
 	int n = PQntuples(res);
-	m->meta = calloc(n ? (size_t)n : 1, sizeof(*m->meta));
-	m->meta_ids = calloc(n ? (size_t)n : 1, sizeof(*m->meta_ids));
-	if (!m->meta || !m->meta_ids) {
+	if (!(m->rows = calloc(n ? (size_t)n : 1, sizeof(*m->rows)))) {
 		fail(m, 503, "unavailable", "Out of memory; retry shortly.");
 		return;
 	}
 	for (int i = 0; i < n; i++) {
-		snprintf(m->meta_ids[i].id, API_ID_SIZE, "%s", PQgetvalue(res, i, 0));
-		m->meta[i] = (struct capacity_meta){ .id = m->meta_ids[i].id,
-						     .state = state_of(PQgetvalue(res, i, 1)),
-						     .active = PQgetvalue(res, i, 3)[0] == 't' };
+		snprintf(m->rows[i].id, sizeof(m->rows[i].id), "%s", PQgetvalue(res, i, 0));
+		m->rows[i].state = state_of(PQgetvalue(res, i, 1));
+		m->rows[i].active = PQgetvalue(res, i, 3)[0] == 't';
 		if (PQgetvalue(res, i, 4)[0] == 't') {
 			found = true;
 			m->postgres_mode = strcmp(PQgetvalue(res, i, 5), "postgres") == 0;
 		}
 	}
-	m->n_meta = (uint32_t)n;
+	if (meta_link(m, (uint32_t)n)) {
+		fail(m, 503, "unavailable", "Out of memory; retry shortly.");
+		return;
+	}
 	if (!found) {
 		struct api_call *c = m->c;
 
@@ -591,31 +661,34 @@ static void meta_done(int status, const struct pg_results *r, void *data)
 			      c->req ? http_request_param(c->req, "campaign_id") : "");
 		return;
 	}
-	struct gate *g = api_gate(m->c->api);
-	if (m->postgres_mode || !g) {
-		from_postgres(m, m->postgres_mode
-					 ? "the gate is in postgres mode (SPEC C11): counted "
-					   "from the call rows"
-					 : "no Redis gate: counted from the call rows");
-		return;
+	if (m->postgres_mode || !api_gate(m->c->api)) { /* no view to take versions from */
+		struct meta_cache_meta mm = { .rows = m->rows,
+					      .n = m->n_meta,
+					      .postgres_mode = m->postgres_mode };
+		meta_cache_put(api_meta_cache(m->c->api), m->c->key.org.id, m->id, m->gen, &mm);
 	}
-	m->pending = 2;
-	if (gate_read(g, m->c->key.org.id, view_cb, m)) {
-		m->pending = 0;
-		from_postgres(m,
-			      "the gate could not answer (Redis unavailable or its state not built "
-			      "yet): counted from the call rows");
-		return;
+	with_meta(m);
+}
+
+static void read_meta(struct cap *m)
+{
+	struct api_call *c = m->c;
+	const char *v[2] = { c->key.org.id, m->id };
+	struct pg_query q = { .stmt = api_stmt_capacity_meta(c->api), .nparams = 2, .values = v };
+	int rc;
+
+	m->gen = meta_cache_gen(api_meta_cache(c->api));
+	if ((rc = pg_pool_exec(api_pool(c->api), PG_LANE_NORMAL, &q, meta_done, m))) {
+		cap_free(m);
+		api_db_error(c, rc, "reading the campaign");
 	}
-	if (gate_read_stats(g, m->c->key.org.id, stats_cb, m))
-		m->pending--; /* the refusals block answers null */
 }
 
 static void capacity(struct api_call *c)
 {
 	const char *id = http_request_param(c->req, "campaign_id");
+	struct meta_cache_meta mm;
 	struct cap *m;
-	int rc;
 
 	if (!ident_ok(id)) {
 		api_not_found(c, "campaign", id ? id : "");
@@ -627,12 +700,20 @@ static void capacity(struct api_call *c)
 	}
 	m->c = c;
 	snprintf(m->id, sizeof(m->id), "%s", id);
-	const char *v[2] = { c->key.org.id, m->id };
-	struct pg_query q = { .sql = SQL_META, .nparams = 2, .values = v };
-	if ((rc = pg_pool_exec(api_pool(c->api), PG_LANE_NORMAL, &q, meta_done, m))) {
-		cap_free(m);
-		api_db_error(c, rc, "reading the campaign");
+	if (meta_cache_get(api_meta_cache(c->api), c->key.org.id, m->id, &mm) == 0) {
+		m->rows = mm.rows;
+		m->from_cache = true;
+		m->postgres_mode = mm.postgres_mode;
+		m->limits_version = mm.limits_version;
+		m->floors_version = mm.floors_version;
+		if (meta_link(m, mm.n)) {
+			fail(m, 503, "unavailable", "Out of memory; retry shortly.");
+			return;
+		}
+		with_meta(m);
+		return;
 	}
+	read_meta(m);
 }
 
 const struct api_route_def api_routes_capacity[] = {

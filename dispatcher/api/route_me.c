@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char SQL_ME[] =
+const char api_sql_me[] =
 	"SELECT o.wallet_currency, o.wallet_balance, o.wallet_allocated_total, "
 	"o.wallet_lifetime_allocated, o.wallet_total_spent, "
 	"(SELECT count(*) FROM calls c WHERE c.org_id = o.id"
@@ -121,7 +121,7 @@ static void me(struct api_call *c)
 {
 	struct me *m = calloc(1, sizeof(*m));
 	const char *v[1] = { c->key.org.id };
-	struct pg_query q = { .sql = SQL_ME, .nparams = 1, .values = v };
+	struct pg_query q = { .stmt = api_stmt_me(c->api), .nparams = 1, .values = v };
 	int rc;
 
 	if (!m) {

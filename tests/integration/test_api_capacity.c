@@ -34,7 +34,7 @@ static struct embedded svc;
 static struct api_worker w;
 static PGconn *db;
 static char key_doc[APIKEY_LEN + 1], key_eta[APIKEY_LEN + 1], key_off[APIKEY_LEN + 1];
-static char key_fresh[APIKEY_LEN + 1];
+static char key_fresh[APIKEY_LEN + 1], key_cache[APIKEY_LEN + 1];
 
 static const char DOC_EXAMPLE[] =
 	"{\"running_now\":7,\"effective_limit\":10,\"limited_by\":\"a fair share of the "
@@ -133,6 +133,57 @@ static cJSON *capacity_when_floor(const char *key, const char *campaign, int flo
 		assert_true(fixture_now_ms() < deadline);
 		fixture_sleep_ms(100);
 	}
+}
+
+/* The item at a dotted path, or NULL. */
+static const cJSON *api_item(const cJSON *j, const char *path)
+{
+	char buf[128], *save = NULL;
+	const cJSON *v = j;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	for (char *t = strtok_r(buf, ".", &save); t && v; t = strtok_r(NULL, ".", &save))
+		v = cJSON_GetObjectItemCaseSensitive(v, t);
+	return v;
+}
+
+/* Polls until campaign's answer has `want` (compact JSON) at path, within META_CACHE_TTL_MS (README "Caching")
+ * plus CACHE_SLACK_MS for a loaded machine, and returns that answer. */
+#define CACHE_TTL_MS   1000 /* META_CACHE_TTL_MS (dispatcher/api/meta_cache.h) */
+#define CACHE_SLACK_MS 4000
+static cJSON *capacity_until_ms(const char *key, const char *campaign, const char *path,
+				const char *want, long long bound_ms)
+{
+	long long t0 = fixture_now_ms();
+
+	for (;;) {
+		struct raw_response r;
+		cJSON *j;
+		int st = capacity(key, campaign, &j, &r);
+		bool seen = false;
+
+		if (st == 200) {
+			char *v = cJSON_PrintUnformatted(api_item(j, path));
+			seen = v && strcmp(v, want) == 0;
+			free(v);
+		}
+		if (seen) {
+			print_message("%s %s = %s after %lld ms: %s\n", campaign, path, want,
+				      fixture_now_ms() - t0, r.body);
+			raw_response_free(&r);
+			return j;
+		}
+		raw_response_free(&r);
+		cJSON_Delete(j);
+		assert_true(fixture_now_ms() - t0 < bound_ms);
+		fixture_sleep_ms(20);
+	}
+}
+
+static cJSON *capacity_until(const char *key, const char *campaign, const char *path,
+			     const char *want)
+{
+	return capacity_until_ms(key, campaign, path, want, CACHE_TTL_MS + CACHE_SLACK_MS);
 }
 
 static void source_example(void **state)
@@ -280,14 +331,11 @@ static void refusals_move(void **state)
 	assert_int_equal(o.r.outcome, GATE_REFUSED);
 	genv_close(&env);
 
-	assert_int_equal(capacity(key_doc, "A", &j, &r), 200);
-	print_message("A after: %s\n", r.body);
-	raw_response_free(&r);
-	assert_int_equal((int)api_num(j, "refusals_last_minute.fair_share"), 2);
+	/* The refusals are read at most once a second per organisation (README "Caching"). */
+	j = capacity_until(key_doc, "A", "refusals_last_minute.fair_share", "2");
 	assert_int_equal((int)api_num(j, "refusals_last_minute.organisation"), 0);
 	cJSON_Delete(j);
-	assert_int_equal(capacity(key_eta, "E2", &j, &r), 200);
-	raw_response_free(&r);
+	j = capacity_until(key_eta, "E2", "refusals_last_minute.organisation", "1");
 	assert_int_equal((int)api_num(j, "refusals_last_minute.organisation"), 1);
 	assert_int_equal((int)api_num(j, "refusals_last_minute.fair_share"), 0);
 	assert_int_equal((int)api_num(j, "refusals_last_minute.system"), 0);
@@ -321,6 +369,96 @@ static void postgres_fallback(void **state)
 	free(s);
 	cJSON_Delete(j);
 	assert_int_equal(embedded_redis_start(&svc), 0);
+}
+
+/* One capacity request whose answer is awaited timeout_ms at most: the status, or -1 when none
+ * came in time (r is then empty). */
+static int capacity_within(const char *key, const char *campaign, int timeout_ms,
+			   struct raw_response *r)
+{
+	char req[512];
+	int fd = raw_connect(w.port, timeout_ms), st = -1;
+
+	assert_true(fd >= 0);
+	snprintf(req, sizeof(req),
+		 "GET /api/v1/campaigns/%s/capacity HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+		 "Authorization: Bearer %s\r\n\r\n",
+		 campaign, key);
+	assert_int_equal(raw_send_str(fd, req), 0);
+	memset(r, 0, sizeof(*r));
+	if (raw_read_response(fd, r) == 0)
+		st = r->status;
+	close(fd);
+	return st;
+}
+
+/* The campaign meta is cached (README "Caching"): a second request within the cache's
+ * lifetime reads no campaign row. Checked by answering it while the test holds an ACCESS
+ * EXCLUSIVE lock on campaigns, which any read of the table waits behind: the old code (one
+ * PostgreSQL read per request) cannot answer until the lock goes. A try whose cache entry
+ * expired before the locked request (a loaded machine) waits too: tried again, 5 times. */
+static void cached_meta_reads_no_campaign_row(void **state)
+{
+	(void)state;
+	cJSON *j = capacity_when_floor(key_doc, "A", 10), *k = NULL;
+	char *want = doc_fields(j);
+	int st = -1;
+
+	cJSON_Delete(j);
+	for (int attempt = 0; attempt < 5 && st != 200; attempt++) {
+		struct raw_response r;
+
+		assert_int_equal(capacity(key_doc, "A", &j, &r), 200); /* fills the cache */
+		raw_response_free(&r);
+		cJSON_Delete(j);
+		PQclear(api_sql(db, "BEGIN"));
+		PQclear(api_sql(db, "LOCK TABLE campaigns IN ACCESS EXCLUSIVE MODE"));
+		st = capacity_within(key_doc, "A", 3000, &r);
+		print_message("attempt %d, campaigns locked: %d %s\n", attempt, st,
+			      r.body ? r.body : "(no answer in 3 s)");
+		if (st == 200)
+			k = api_body(&r);
+		raw_response_free(&r);
+		PQclear(api_sql(db, "ROLLBACK"));
+	}
+	assert_int_equal(st, 200);
+	char *got = doc_fields(k);
+	assert_string_equal(got, want);
+	free(got);
+	free(want);
+	cJSON_Delete(k);
+}
+
+/* What the cache may hold stale is seen within its bound (README "Caching"): a pause of another
+ * campaign of the organisation (dsp_dispatch drops the organisation's entries), the campaign's
+ * own pause and resume, and a change of its limit (that one from the gate, once the refresher
+ * installs it: the cache holds no limit). */
+static void changes_seen_through_the_cache(void **state)
+{
+	cJSON *j;
+
+	(void)state;
+	j = capacity_when_floor(key_cache, "C1", 10);
+	assert_int_equal((int)api_num(j, "fair_share.active_campaigns"), 2);
+	cJSON_Delete(j);
+	j = capacity_until(key_cache, "C1", "fair_share.active_campaigns", "2"); /* cached */
+	cJSON_Delete(j);
+
+	PQclear(api_sql(db, "UPDATE campaigns SET status = 'paused' WHERE id = 'C2'"));
+	j = capacity_until(key_cache, "C1", "fair_share.active_campaigns", "1");
+	cJSON_Delete(j);
+	PQclear(api_sql(db, "UPDATE campaigns SET status = 'paused' WHERE id = 'C1'"));
+	j = capacity_until(key_cache, "C1", "limited_by_level", "\"paused\"");
+	assert_int_equal((int)api_num(j, "available_now"), 0);
+	cJSON_Delete(j);
+	PQclear(api_sql(db, "UPDATE campaigns SET status = 'active' WHERE id IN ('C1', 'C2')"));
+	j = capacity_until(key_cache, "C1", "fair_share.active_campaigns", "2");
+	assert_string_not_equal(api_str(j, "limited_by_level"), "paused");
+	cJSON_Delete(j);
+
+	PQclear(api_sql(db, "UPDATE campaigns SET max_concurrent_calls = 4 WHERE id = 'C1'"));
+	j = capacity_until_ms(key_cache, "C1", "campaign_limit", "4", API_WAIT_MS);
+	cJSON_Delete(j);
 }
 
 /* A fresh organisation (one campaign, no call, no contact): its agent holds no call, so the
@@ -388,6 +526,12 @@ static int setup(void **state)
 	backlog("org-off", "F1", 50);
 	api_make_key(db, "org-off", "off", key_off, NULL);
 
+	api_make_org(db, "org-cache", 20, "C1", "C2", NULL);
+	live_calls("org-cache", "C1", 2, 5, 10);
+	backlog("org-cache", "C1", 500);
+	backlog("org-cache", "C2", 500);
+	api_make_key(db, "org-cache", "cache", key_cache, NULL);
+
 	api_make_org(db, "org-fresh", 20, "FR1", NULL);
 	api_make_key(db, "org-fresh", "fresh", key_fresh, NULL);
 
@@ -408,9 +552,14 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(source_example), cmocka_unit_test(not_found_and_unauthorized),
-		cmocka_unit_test(floor_eta),	  cmocka_unit_test(paused_and_enforcement_off),
-		cmocka_unit_test(refusals_move),  cmocka_unit_test(postgres_fallback),
+		cmocka_unit_test(source_example),
+		cmocka_unit_test(not_found_and_unauthorized),
+		cmocka_unit_test(floor_eta),
+		cmocka_unit_test(paused_and_enforcement_off),
+		cmocka_unit_test(refusals_move),
+		cmocka_unit_test(cached_meta_reads_no_campaign_row),
+		cmocka_unit_test(changes_seen_through_the_cache),
+		cmocka_unit_test(postgres_fallback),
 		cmocka_unit_test(fresh_org),
 	};
 

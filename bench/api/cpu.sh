@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# bench/api/cpu.sh [build-dir] [duration] [connections] [path] — where the CPU of one API route
+# goes (issue 10, SPEC P7): the same set-up as bench/api/run.sh (private PostgreSQL and Redis,
+# one organisation with its rate limits raised to 1e9 a minute, campaigns cmp-a and cmp-b, one
+# `dispatcher run` with DISPATCHER_ROLE=api), then one wrk run on path (default the capacity
+# route), and the CPU time (utime + stime from /proc/<pid>/stat) each process group used during
+# it, per request: the worker, PostgreSQL (every process of the private cluster), Redis and
+# wrk. Run it on an otherwise idle machine for throughput; the per-request CPU figures hold
+# under load too (they count CPU used, not time waited).
+set -euo pipefail
+build=${1:-build}
+dur=${2:-8s}
+conns=${3:-16}
+path=${4:-/api/v1/campaigns/cmp-a/capacity}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+bin=$build/dispatcher/dispatcher
+svc=$build/bench/api/api-services
+for x in "$bin" "$svc"; do
+	[ -x "$x" ] || { echo "cpu.sh: $x not built (meson setup $build -Dbench=true)" >&2; exit 2; }
+done
+command -v wrk >/dev/null || { echo "cpu.sh: wrk not installed (.ci/bootstrap.sh)" >&2; exit 2; }
+tmp=$(mktemp -d)
+wpid=
+spid=
+cleanup() {
+	[ -n "$wpid" ] && kill "$wpid" 2>/dev/null && wait "$wpid" 2>/dev/null || true
+	exec 3>&- 2>/dev/null || true
+	wait 2>/dev/null || true
+	rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+mkfifo "$tmp/svc-in"
+"$svc" <"$tmp/svc-in" >"$tmp/svc-out" 2>"$tmp/svc-err" &
+spid=$!
+exec 3>"$tmp/svc-in"
+for _ in $(seq 600); do grep -q '^REDIS_URL=' "$tmp/svc-out" 2>/dev/null && break; sleep 0.1; done
+grep -q '^REDIS_URL=' "$tmp/svc-out" || { cat "$tmp/svc-err" >&2; exit 1; }
+export DATABASE_URL=$(sed -n 's/^DATABASE_URL=//p' "$tmp/svc-out")
+export REDIS_URL=$(sed -n 's/^REDIS_URL=//p' "$tmp/svc-out")
+"$bin" migrate >/dev/null
+"$bin" admin org create --id org-bench --name bench --org-limit 20 >/dev/null
+"$bin" admin agent create --org org-bench --id agent-bench --from-number +15550000001 >/dev/null
+"$bin" admin campaign create --org org-bench --agent agent-bench --id cmp-a >/dev/null
+"$bin" admin campaign create --org org-bench --agent agent-bench --id cmp-b >/dev/null
+export API_KEY=$("$bin" admin key create --org org-bench --name bench | grep -o 'gat_[0-9A-Za-z]*')
+psql -X -q "$DATABASE_URL" -c "UPDATE organisations SET rate_default_per_minute = 1000000000,
+	rate_calls_per_minute = 1000000000, rate_executions_per_minute = 1000000000,
+	pending_ceiling = 1000000000 WHERE id = 'org-bench'"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+DISPATCHER_ROLE=api DISPATCHER_LISTEN=127.0.0.1:$port DISPATCHER_WORKER_ID=bench-api \
+	PROVIDER_URL=http://127.0.0.1:9 PROVIDER_WEBHOOK_SECRET=bench DISPATCHER_LOG_LEVEL=warn \
+	"$bin" run 2>>"$tmp/worker.log" &
+wpid=$!
+for _ in $(seq 300); do
+	curl -sf "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break
+	sleep 0.1
+done
+url=http://127.0.0.1:$port$path
+echo "# $(curl -s -w ' -> HTTP %{http_code}' -H "Authorization: Bearer $API_KEY" "$url" | head -c 300)"
+sleep 2 # the refresher's first installs
+# One wrk run; the CPU ticks of each group are read in one pass over /proc at 1 s in and 1 s
+# before the end, so the groups' figures cover the same interval.
+python3 - "$spid" "$wpid" "$dur" "$conns" "$root/bench/api/get.lua" "$url" <<'PY'
+import os, re, subprocess, sys, time
+spid, wpid, dur, conns, script, url = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
+secs = int(dur.rstrip('s'))
+def snap(roots):
+    kids, info = {}, {}
+    for p in os.listdir('/proc'):
+        if not p.isdigit(): continue
+        try: s = open('/proc/%s/stat' % p).read()
+        except OSError: continue
+        f = s[s.rindex(')') + 2:].split()
+        kids.setdefault(int(f[1]), []).append(int(p))
+        info[int(p)] = (s[s.index('(') + 1:s.rindex(')')], int(f[11]) + int(f[12]))
+    out = {}
+    for name, (root, pat) in roots.items():
+        tot, todo = 0, [root]
+        while todo:
+            q = todo.pop()
+            if q in info and re.search(pat, info[q][0]): tot += info[q][1]
+            todo += kids.get(q, [])
+        out[name] = tot
+    return out, time.monotonic()
+w = subprocess.Popen(['wrk', '-t1', '-c' + conns, '-d' + dur, '--latency', '-s', script, url],
+                     stdout=subprocess.PIPE, text=True)
+roots = {'worker': (wpid, '.'), 'PostgreSQL': (spid, '^postgres'), 'Redis': (spid, '^redis'),
+         'wrk': (w.pid, '.')}
+time.sleep(1); a, t0 = snap(roots)
+time.sleep(secs - 2); b, t1 = snap(roots)
+out = w.communicate()[0]
+rps = float(re.search(r'Requests/sec:\s*([0-9.]+)', out).group(1))
+lat = re.search(r'^latency p50.*$', out, re.M).group(0)
+n = rps * (t1 - t0); us = 1e6 / os.sysconf('SC_CLK_TCK')
+print('# wrk -t1 -c%s -d%s: %s; load average %s' % (conns, dur, lat, open('/proc/loadavg').read().split()[:3]))
+print('%.0f req/s; CPU per request: ' % rps + ', '.join('%s %.0f us' % (k, (b[k] - a[k]) * us / n) for k in roots))
+PY
