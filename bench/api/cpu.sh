@@ -66,7 +66,7 @@ import os, re, subprocess, sys, time
 spid, wpid, dur, conns, script, url = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 secs = int(dur.rstrip('s'))
 def snap(roots):
-    kids, info = {}, {}
+    kids, info, wait = {}, {}, {}
     for p in os.listdir('/proc'):
         if not p.isdigit(): continue
         try: s = open('/proc/%s/stat' % p).read()
@@ -74,25 +74,30 @@ def snap(roots):
         f = s[s.rindex(')') + 2:].split()
         kids.setdefault(int(f[1]), []).append(int(p))
         info[int(p)] = (s[s.index('(') + 1:s.rindex(')')], int(f[11]) + int(f[12]))
-    out = {}
+        try: wait[int(p)] = int(open('/proc/%s/schedstat' % p).read().split()[1])
+        except (OSError, IndexError, ValueError): wait[int(p)] = 0
+    out, rq = {}, {}
     for name, (root, pat) in roots.items():
-        tot, todo = 0, [root]
+        tot, w, todo = 0, 0, [root]
         while todo:
             q = todo.pop()
-            if q in info and re.search(pat, info[q][0]): tot += info[q][1]
+            if q in info and re.search(pat, info[q][0]): tot, w = tot + info[q][1], w + wait[q]
             todo += kids.get(q, [])
-        out[name] = tot
-    return out, time.monotonic()
+        out[name], rq[name] = tot, w
+    return out, rq, time.monotonic()
 w = subprocess.Popen(['wrk', '-t1', '-c' + conns, '-d' + dur, '--latency', '-s', script, url],
                      stdout=subprocess.PIPE, text=True)
 roots = {'worker': (wpid, '.'), 'PostgreSQL': (spid, '^postgres'), 'Redis': (spid, '^redis'),
          'wrk': (w.pid, '.')}
-time.sleep(1); a, t0 = snap(roots)
-time.sleep(secs - 2); b, t1 = snap(roots)
+time.sleep(1); a, qa, t0 = snap(roots)
+time.sleep(secs - 2); b, qb, t1 = snap(roots)
 out = w.communicate()[0]
 rps = float(re.search(r'Requests/sec:\s*([0-9.]+)', out).group(1))
 lat = re.search(r'^latency p50.*$', out, re.M).group(0)
 n = rps * (t1 - t0); us = 1e6 / os.sysconf('SC_CLK_TCK')
 print('# wrk -t1 -c%s -d%s: %s; load average %s' % (conns, dur, lat, open('/proc/loadavg').read().split()[:3]))
 print('%.0f req/s; CPU per request: ' % rps + ', '.join('%s %.0f us' % (k, (b[k] - a[k]) * us / n) for k in roots))
+# Time runnable but not running (/proc/<pid>/schedstat, main threads; PostgreSQL's summed over
+# its processes), as a share of the interval: the other load of the machine taking the CPUs.
+print('waiting for a CPU (run queue), share of the interval: ' + ', '.join('%s %.0f %%' % (k, (qb[k] - qa[k]) / 1e7 / (t1 - t0)) for k in roots))
 PY

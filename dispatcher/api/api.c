@@ -472,8 +472,13 @@ static void authenticate(struct api_call *c)
 		unauthorized(c);
 		return;
 	}
-	for (size_t i = 0; i < APIKEY_HASH_LEN; i++)
-		snprintf(c->hash_hex + 2 * i, 3, "%02x", c->hash[i]);
+	/* SPEC P7: a table, not 32 snprintf() calls (5 % of a cached request's CPU, measured). */
+	static const char hex[] = "0123456789abcdef";
+	for (size_t i = 0; i < APIKEY_HASH_LEN; i++) {
+		c->hash_hex[2 * i] = hex[c->hash[i] >> 4];
+		c->hash_hex[2 * i + 1] = hex[c->hash[i] & 15];
+	}
+	c->hash_hex[2 * APIKEY_HASH_LEN] = 0;
 	struct key_entry *e = strmap_get(&a->cache, c->hash_hex);
 	/* The map compares hex SHA-256s, not keys: timing can only tell an attacker about hashes,
 	 * which do not lead back to a key. */
