@@ -11,6 +11,7 @@
 # through POST /v2/batches with curl, and reports rows/s and the worker's peak RSS (VmHWM) for
 # each (a fresh worker per import, so each peak is its route's).
 # Writes bench/out/api-<stamp>.txt; the latest figures go to bench/RESULTS.md ("API").
+# Where the CPU of one route goes, per process: bench/api/cpu.sh.
 set -euo pipefail
 build=${1:-build}
 dur=${2:-10s}

@@ -2,13 +2,17 @@
  *
  * One request, at most four round trips, all on the loop's thread:
  *
- *   1. PostgreSQL (one statement): the campaign row, scoped to the key's organisation (another
- *      organisation's or an unknown id answers 404), the state and active flag of every campaign
- *      that holds an installed floor (struct capacity_meta, gate_capacity.h), and the fleet's
- *      gate mode (system_settings).
+ *   1. PostgreSQL (one prepared statement, api_sql_capacity_meta): the campaign row, scoped to
+ *      the key's organisation (another organisation's or an unknown id answers 404), the state
+ *      and active flag of every campaign that holds an installed floor (struct capacity_meta,
+ *      gate_capacity.h), and the fleet's gate mode (system_settings). Cached for 1 s per
+ *      (organisation, campaign) (meta_cache.h; README "Caching"): most requests skip it. A
+ *      cached meta whose limits or floors versions differ from the view's is read again, and
+ *      the view with it.
  *   2. Redis, in redis mode: gate_read() (limits, installed floors, live counts: the capacity
- *      view, never a recompute) and gate_read_stats() (the organisation's refusals over the
- *      rolling minute), sent together on the one connection. The C12 figures come from
+ *      view, never a recompute, never cached) and gate_read_stats() (the organisation's
+ *      refusals over the rolling minute; cached for 1 s per organisation), sent together on the
+ *      one connection. The C12 figures come from
  *      gate_capacity_open() / gate_capacity_answer(), the code the demo answers with.
  *      In postgres mode, or when the gate cannot answer (Redis down, state lost, nothing
  *      installed for the organisation yet), the same view is built from PostgreSQL's counts
