@@ -18,6 +18,12 @@
  *    concurrency management off (running + free system slots).
  *  - refusals_move: refused admissions at the fair-share and organisation levels show in
  *    refusals_last_minute.
+ *  - cached_meta_reads_no_campaign_row: a second request within the cache's second is answered
+ *    while the test holds an ACCESS EXCLUSIVE lock on campaigns (README "Caching", SPEC P7).
+ *  - changes_seen_through_the_cache: another campaign's pause, the campaign's own pause and
+ *    resume, and its changed max_concurrent_calls show through a warm cache within the bound.
+ *  - statements_prepared: the meta and user/me statements run as prepared (named) statements,
+ *    as PostgreSQL's log of every execution shows.
  *  - postgres_fallback: Redis stopped (the fleet in postgres mode): the same example from the
  *    call rows, source "postgres", refusals null.
  */
@@ -461,6 +467,60 @@ static void changes_seen_through_the_cache(void **state)
 	cJSON_Delete(j);
 }
 
+/* The capacity meta and user/me's statements are prepared once per pool connection (named
+ * dsp_<n> by pg_stmts_add()), not sent as text and planned on every call: with
+ * log_min_duration_statement at 0 PostgreSQL logs every execution with its statement's name,
+ * "<unnamed>" for a text query. Capacity requests for B until its meta is read (at most a
+ * second: the cache), user/me requests each read. */
+static void statements_prepared(void **state)
+{
+	static const char META[] = "SELECT c.id, c.status::text, c.max_concurrent_calls";
+	static const char ME[] = "SELECT o.wallet_currency, o.wallet_balance";
+	long long deadline = fixture_now_ms() + API_WAIT_MS;
+	char path[256];
+	int meta = 0, me = 0, unnamed = 0;
+
+	(void)state;
+	PQclear(api_sql(db, "ALTER SYSTEM SET log_min_duration_statement = 0"));
+	PQclear(api_sql(db, "SELECT pg_reload_conf()"));
+	snprintf(path, sizeof(path), "%s/postgres.log", svc.dir);
+	while (!meta || !me) {
+		struct raw_response r;
+		cJSON *j;
+		char *line = NULL;
+		size_t cap = 0;
+
+		assert_int_equal(capacity(key_doc, "B", &j, &r), 200);
+		raw_response_free(&r);
+		cJSON_Delete(j);
+		assert_int_equal(api_request(w.port, "GET", "/v2/user/me", key_doc, NULL, NULL, &r),
+				 200);
+		raw_response_free(&r);
+		FILE *f = fopen(path, "r");
+		assert_non_null(f);
+		meta = me = unnamed = 0;
+		while (getline(&line, &cap, f) > 0) {
+			if (!strstr(line, "execute ") || (!strstr(line, META) && !strstr(line, ME)))
+				continue;
+			meta += strstr(line, META) != NULL;
+			me += strstr(line, ME) != NULL;
+			if (strstr(line, "execute <unnamed>")) {
+				if (!unnamed++)
+					print_message("text query: %.200s", line);
+			}
+		}
+		free(line);
+		fclose(f);
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(100);
+	}
+	print_message("logged executions: %d of the meta, %d of user/me, %d unnamed\n", meta, me,
+		      unnamed);
+	PQclear(api_sql(db, "ALTER SYSTEM RESET log_min_duration_statement"));
+	PQclear(api_sql(db, "SELECT pg_reload_conf()"));
+	assert_int_equal(unnamed, 0);
+}
+
 /* A fresh organisation (one campaign, no call, no contact): its agent holds no call, so the
  * gate's view lists no agent; the answer is still computed (it was a 500). */
 static void fresh_org(void **state)
@@ -559,6 +619,7 @@ int main(void)
 		cmocka_unit_test(refusals_move),
 		cmocka_unit_test(cached_meta_reads_no_campaign_row),
 		cmocka_unit_test(changes_seen_through_the_cache),
+		cmocka_unit_test(statements_prepared),
 		cmocka_unit_test(postgres_fallback),
 		cmocka_unit_test(fresh_org),
 	};
