@@ -24,6 +24,9 @@
 #define NEG_CACHE_MAX	     4096 /* unknown hashes remembered; past it all are forgotten */
 #define KEY_LOOKUPS_MAX	     64	  /* key lookups in flight; past it 503 (never 401) */
 #define BODY_BUDGET_DEFAULT  ((size_t)256 << 20)
+/* A buffered body up to this size is small: it draws on the whole budget and on no
+ * organisation's share (POST /v2/calls: 4 KiB), so large ones never keep it out. */
+#define BODY_SMALL ((size_t)64 << 10)
 
 /* The one 401 body: a missing, malformed, unknown or revoked key all read the same (R4). */
 #define UNAUTHORIZED_MESSAGE                                                                       \
@@ -70,6 +73,7 @@ struct api {
 	struct strmap neg;	    /* hex hash -> struct neg_entry: no active key has it */
 	unsigned lookups;	    /* key lookups in flight */
 	size_t bodies;		    /* bytes reserved by buffered bodies in flight */
+	struct strmap org_bodies;   /* org id -> struct org_bodies: its large bodies in flight */
 	struct ratelimit_redis *rl; /* NULL without a Redis connection: every check fails open */
 	struct api_stats stats;
 };
@@ -87,9 +91,29 @@ static const struct {
 
 /* ---- answers ---- */
 
+/* The large bodies of one organisation being received: at most a quarter of the budget. */
+struct org_bodies {
+	char org[API_ID_SIZE];
+	size_t bytes;
+};
+
+static void body_release(struct api_call *c)
+{
+	struct api *a = c->api;
+	struct org_bodies *ob;
+
+	a->bodies -= c->body_reserved;
+	if (c->body_reserved > BODY_SMALL && (ob = strmap_get(&a->org_bodies, c->key.org.id)) &&
+	    (ob->bytes -= c->body_reserved) == 0) {
+		strmap_del(&a->org_bodies, ob->org);
+		free(ob);
+	}
+	c->body_reserved = 0;
+}
+
 static void call_free(struct api_call *c)
 {
-	c->api->bodies -= c->body_reserved;
+	body_release(c);
 	OPENSSL_cleanse(c->hash, sizeof(c->hash));
 	free(c);
 }
@@ -252,14 +276,32 @@ static size_t body_size(const struct api_call *c)
 
 /* A route whose handler reads http_request_body() is mounted as a stream route: the key and
  * the rate limit were checked at the end of the headers, and only now is the body read,
- * within the budget of buffered bodies in flight (api_options.body_budget). */
+ * within the budget of buffered bodies in flight (api_options.body_budget). A large body (over
+ * BODY_SMALL) may take at most a quarter of the budget per organisation and all large bodies
+ * together at most seven eighths of it, so that one organisation's uploads never keep
+ * another's out, nor large bodies a small one (a direct dial's). */
 static void body_collect(struct api_call *c)
 {
 	struct api *a = c->api;
-	size_t need = body_size(c);
+	size_t need = body_size(c), budget = a->o.body_budget;
+	bool large = need > BODY_SMALL;
+	struct org_bodies *ob = large ? strmap_get(&a->org_bodies, c->key.org.id) : NULL;
+	size_t share = budget / 4, held = ob ? ob->bytes : 0;
 	int rc;
 
-	if (need > a->o.body_budget - a->bodies) {
+	if (large && held + need > share) {
+		char msg[256];
+
+		a->stats.bodies_refused++;
+		snprintf(msg, sizeof(msg),
+			 "This organisation's request bodies being received on this server would "
+			 "cross its share of %zu bytes (%zu held); retry when they are done.",
+			 share, held);
+		http_response_header(c->req, "Retry-After", "1");
+		api_error(c, 503, "unavailable", msg);
+		return;
+	}
+	if (a->bodies + need > (large ? budget - budget / 8 : budget)) {
 		a->stats.bodies_refused++;
 		http_response_header(c->req, "Retry-After", "1");
 		api_error(c, 503, "unavailable",
@@ -267,6 +309,20 @@ static void body_collect(struct api_call *c)
 			  "shortly.");
 		return;
 	}
+	if (large && !ob) {
+		if (!(ob = calloc(1, sizeof(*ob)))) {
+			api_error(c, 503, "unavailable", "Out of memory; retry shortly.");
+			return;
+		}
+		snprintf(ob->org, sizeof(ob->org), "%s", c->key.org.id);
+		if (strmap_put(&a->org_bodies, ob->org, ob)) {
+			free(ob);
+			api_error(c, 503, "unavailable", "Out of memory; retry shortly.");
+			return;
+		}
+	}
+	if (ob)
+		ob->bytes += need;
 	a->bodies += need;
 	c->body_reserved = need;
 	if ((rc = http_request_body_collect(c->req, body_collected, c)))
@@ -565,6 +621,7 @@ int api_new(const struct api_options *o, struct api **out)
 		a->o.body_budget = BODY_BUDGET_DEFAULT;
 	strmap_init(&a->cache);
 	strmap_init(&a->neg);
+	strmap_init(&a->org_bodies);
 	for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
 		n += *tables[t].n;
 	if (!(a->bindings = calloc(n, sizeof(*a->bindings)))) {
@@ -636,7 +693,11 @@ void api_free(struct api *a)
 		return;
 	cache_clear(a);
 	neg_clear(a);
-	meta_cache_free(a->meta_cache); /* SPEC P7 */
+	meta_cache_free(a->meta_cache);			 /* SPEC P7 */
+	for (uint32_t i = 0; i < a->org_bodies.cap; i++) /* none once every call is answered */
+		if (a->org_bodies.slots[i].key)
+			free(a->org_bodies.slots[i].value);
+	strmap_free(&a->org_bodies);
 	free(a->bindings);
 	free(a);
 }

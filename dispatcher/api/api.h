@@ -110,7 +110,9 @@ struct api_options {
 	unsigned max_key_lookups;
 	/* Bytes of request bodies buffered for the handlers at once (a body reserves its
 	 * Content-Length, a chunked one its route's max_body, from the end of its headers to its
-	 * answer); past it 503 with Retry-After: 1. 0: the default [268435456] */
+	 * answer); past it 503 with Retry-After: 1. A body over 64 KiB may take at most a
+	 * quarter of it per organisation, and such bodies together seven eighths. 0: the default
+	 * [268435456] */
 	size_t body_budget;
 	/* Called for each rate-limit 429 with the bucket's name (the worker counts it in
 	 * /metrics); may be NULL. */

@@ -329,8 +329,13 @@ static void refused(struct direct_dial *dd)
 	dd->decided = true;
 	dd->st = DD_WAITING;
 	dd->last_try = now_ms(d);
+	/* The refusal registered (or refreshed) the waiter: a cancel's withdrawal sent while the
+	 * admission was in flight may have come before it (in postgres mode the waiter row was
+	 * not committed yet), so the withdrawal is owed again. */
 	if (dd->mode == GATE_MODE_REDIS)
 		dd->gate_waiting = true;
+	else
+		dd->pg_waiting = true;
 	if (dd->answered || d->draining) {
 		answer_unavailable(dd, "the worker is draining");
 		return;
