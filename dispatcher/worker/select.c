@@ -420,6 +420,7 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 		if (c) { /* one copy per contact: two admitted together would share a call-row write */
 			cp->got++;
 			contact_set(c, &rows[i], now);
+			c->revoked = false; /* active at the claim (a stop since: recheck_org) */
 			continue; /* an admission in flight with its old token: lease lost, back */
 		}
 		if (cp && !s->draining)

@@ -69,20 +69,21 @@ static void seed(void)
 	/* Test-only: a contact moved out of 'claimed' after its lease ended (by the lease sweeper,
 	 * or late by anyone) is recorded; call rows are refused while test_refuse has a row. */
 	PQclear(fixture_sql(
-		db, "CREATE TABLE test_expired (id bigint, lease_until timestamptz,"
-		    " at timestamptz DEFAULT clock_timestamp());"
-		    " CREATE TABLE test_refuse (on_ boolean);"
-		    " CREATE FUNCTION test_expired_f() RETURNS trigger LANGUAGE plpgsql AS $$"
-		    " BEGIN INSERT INTO test_expired (id, lease_until) VALUES (OLD.id,"
-		    " OLD.lease_until); RETURN NEW; END $$;"
-		    " CREATE TRIGGER test_expired_t AFTER UPDATE ON contacts FOR EACH ROW"
-		    " WHEN (OLD.state = 'claimed' AND OLD.lease_until < now())"
-		    " EXECUTE FUNCTION test_expired_f();"
-		    " CREATE FUNCTION test_refuse_f() RETURNS trigger LANGUAGE plpgsql AS $$"
-		    " BEGIN IF EXISTS (SELECT 1 FROM test_refuse) THEN RAISE EXCEPTION"
-		    " 'test: call rows refused' USING ERRCODE = '55P03'; END IF; RETURN NEW; END $$;"
-		    " CREATE TRIGGER test_refuse_t BEFORE INSERT ON calls FOR EACH ROW"
-		    " EXECUTE FUNCTION test_refuse_f()"));
+		db,
+		"CREATE TABLE test_expired (id bigint, lease_until timestamptz,"
+		" at timestamptz DEFAULT clock_timestamp());"
+		" CREATE TABLE test_refuse (on_ boolean);"
+		" CREATE FUNCTION test_expired_f() RETURNS trigger LANGUAGE plpgsql AS $$"
+		" BEGIN INSERT INTO test_expired (id, lease_until) VALUES (OLD.id,"
+		" OLD.lease_until); RETURN NEW; END $$;"
+		" CREATE TRIGGER test_expired_t AFTER UPDATE ON contacts FOR EACH ROW"
+		" WHEN (OLD.state = 'claimed' AND OLD.lease_until < now())"
+		" EXECUTE FUNCTION test_expired_f();"
+		" CREATE FUNCTION test_refuse_f() RETURNS trigger LANGUAGE plpgsql AS $$"
+		" BEGIN IF EXISTS (SELECT 1 FROM test_refuse) THEN RAISE EXCEPTION"
+		" 'test: call rows refused' USING ERRCODE = '55P03'; END IF; RETURN NEW; END $$;"
+		" CREATE TRIGGER test_refuse_t BEFORE INSERT ON calls FOR EACH ROW"
+		" EXECUTE FUNCTION test_refuse_f()"));
 }
 
 static void start(void)
