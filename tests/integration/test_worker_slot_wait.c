@@ -4,11 +4,11 @@
  * claim covers), one worker, slot wait 1 s, lease 6 s (the least allowed), calls of 20–60 ms
  * that all complete.
  *
- * After 50 calls the call-row writes fail for 10 s (a test trigger refuses them with a
- * lock-timeout SQLSTATE, as a write past its deadline: GATE_PG_DEADLINE, slots released,
+ * After 50 calls the call-row writes fail for 10 s (a test trigger refuses them after 50 ms with
+ * a lock-timeout SQLSTATE, as a write past its deadline: GATE_PG_DEADLINE, slots released,
  * nothing charged): each admission's answer launches the next at once with the same first
  * candidates, so those contacts are reserved at every slot-wait tick. Before, the tick skipped
- * reserved contacts: they stayed claimed in memory past their lease (15–99 per run here), the
+ * reserved contacts: they stayed claimed in memory past their lease (4–109 per run here), the
  * lease sweeper re-pended them and the next claim appended a second copy of each (29 stale
  * copies ended "lease lost" in one run); two copies admitted in one loop turn had the whole
  * call-row write refused by gate_pg_calls_check() (-EINVAL: CI's worker_many stall; that part
@@ -80,7 +80,8 @@ static void seed(void)
 		" WHEN (OLD.state = 'claimed' AND OLD.lease_until < now())"
 		" EXECUTE FUNCTION test_expired_f();"
 		" CREATE FUNCTION test_refuse_f() RETURNS trigger LANGUAGE plpgsql AS $$"
-		" BEGIN IF EXISTS (SELECT 1 FROM test_refuse) THEN RAISE EXCEPTION"
+		" BEGIN IF EXISTS (SELECT 1 FROM test_refuse) THEN PERFORM pg_sleep(0.05);"
+		" RAISE EXCEPTION"
 		" 'test: call rows refused' USING ERRCODE = '55P03'; END IF; RETURN NEW; END $$;"
 		" CREATE TRIGGER test_refuse_t BEFORE INSERT ON calls FOR EACH ROW"
 		" EXECUTE FUNCTION test_refuse_f()"));
