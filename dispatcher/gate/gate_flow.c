@@ -4,7 +4,6 @@
 #include "log.h"
 
 #include <stdlib.h>
-#include <inttypes.h>
 #include <string.h>
 #include <strings.h>
 
@@ -340,7 +339,23 @@ static void write_cb(struct gate_pg *g, const enum gate_pg_outcome *out, uint32_
 	maybe_free(f);
 }
 
-/* Writes the queued rows whose epoch and mode are those of the first queued one. */
+/* Whether e's call id or contact is one of the batch's already (gate_pg_calls_check() refuses
+ * such a write whole). */
+static bool in_batch(const struct batch *b, const struct gate_pg_call *calls, const struct entry *e)
+{
+	const struct dial_copy *d = &e->dials[e->chosen];
+
+	for (uint32_t i = 0; i < b->n; i++)
+		if (strcasecmp(calls[i].call, e->call) == 0 ||
+		    (d->contact && calls[i].dial.contact == d->contact))
+			return true;
+	return false;
+}
+
+/* Writes the queued rows whose epoch and mode are those of the first queued one. An entry whose
+ * call id or contact is in the batch already waits for the next batch (of the same flush): a
+ * stale copy of a contact (claimed again after its lease ran out) is then refused alone (lease
+ * lost) instead of the check refusing the whole write. */
 static bool write_one_batch(struct gate_flow *f)
 {
 	struct entry *first = NULL;
@@ -368,7 +383,8 @@ static bool write_one_batch(struct gate_flow *f)
 	}
 	b->f = f;
 	for (struct entry *e = first; e && b->n < GATE_PG_WRITE_MAX; e = e->next) {
-		if (e->state != ENTRY_QUEUED || e->epoch != first->epoch || e->mode != first->mode)
+		if (e->state != ENTRY_QUEUED || e->epoch != first->epoch ||
+		    e->mode != first->mode || in_batch(b, calls, e))
 			continue;
 		e->state = ENTRY_WRITING;
 		b->e[b->n] = e;
@@ -394,16 +410,6 @@ static bool write_one_batch(struct gate_flow *f)
 	if (rc != -ETIMEDOUT)
 		log_warn(LOG_GATE, "call-row write of %u calls not sent (%d): releasing them", b->n,
 			 rc);
-	for (uint32_t i = 0; rc == -EINVAL && i < b->n; i++) /* name what the check refused */
-		for (uint32_t j = 0; j < i; j++)
-			if (strcasecmp(calls[i].call, calls[j].call) == 0 ||
-			    (calls[i].dial.contact &&
-			     calls[i].dial.contact == calls[j].dial.contact))
-				log_warn(LOG_GATE,
-					 "call-row write: calls %s and %s (contacts %" PRId64
-					 " and %" PRId64 ") in one write",
-					 calls[j].call, calls[i].call, calls[j].dial.contact,
-					 calls[i].dial.contact);
 	write_cb(f->pg, o, b->n, b);
 	return true;
 }

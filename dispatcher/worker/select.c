@@ -248,8 +248,8 @@ static void hand_back_list(struct select *s, struct claim_handback *h, uint32_t 
 
 /* Hands back the org's free contacts claimed before cutoff (all free ones with cutoff
  * UINT64_MAX) of campaign camp (NULL: any) and batch batch (NULL: any). revoke 1: the matching
- * contacts an admission has in flight are marked, to go back if it is refused (stop / pause);
- * revoke 2: only marked contacts go back. */
+ * contacts an admission has in flight are marked, to go back when it ends without dialling them
+ * (stop / pause, the slot wait); revoke 2: only marked contacts go back. */
 static void hand_back_where(struct sorg *o, uint64_t cutoff, const char *camp, const char *batch,
 			    int revoke)
 {
@@ -366,6 +366,29 @@ static void activated_claimed(struct sorg *o, const struct claim_contact *rows, 
 		admit_repropose(o);
 }
 
+/* The copy of contact id that cp holds already, or NULL. A contact is claimed again while held
+ * only when its lease was lost meanwhile (swept, re-pended, claimed anew). */
+static struct scontact *held_copy(struct scamp *cp, int64_t id)
+{
+	for (struct list_node *p = cp->contacts.next; p != &cp->contacts; p = p->next) {
+		struct scontact *c = list_entry(p, struct scontact, node);
+		if (c->id == id)
+			return c;
+	}
+	return NULL;
+}
+
+/* Fills c from the claim's row r (a new contact, or a held copy refreshed in place: its new
+ * lease token, and it waits its slot wait anew). */
+static void contact_set(struct scontact *c, const struct claim_contact *r, uint64_t now)
+{
+	c->token = r->lease_token;
+	c->attempts = r->attempts;
+	c->claimed_ms = now;
+	snprintf(c->batch, sizeof(c->batch), "%s", r->batch ? r->batch : "");
+	snprintf(c->phone, sizeof(c->phone), "%s", r->phone);
+}
+
 static void take_cb(struct claim *cl, int status, const struct claim_contact *rows, uint32_t n,
 		    void *data)
 {
@@ -393,7 +416,15 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 	uint32_t nb = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		struct scamp *cp = camp_find(o, rows[i].campaign);
-		struct scontact *c = cp && !s->draining ? calloc(1, sizeof(*c)) : NULL;
+		struct scontact *c = cp && !s->draining ? held_copy(cp, rows[i].id) : NULL;
+		if (c) { /* one copy per contact: two admitted together would share a call-row write */
+			cp->got++;
+			contact_set(c, &rows[i], now);
+			c->revoked = false; /* active at the claim (a stop since: recheck_org) */
+			continue; /* an admission in flight with its old token: lease lost, back */
+		}
+		if (cp && !s->draining)
+			c = calloc(1, sizeof(*c));
 		if (!c) { /* campaign gone meanwhile, draining, or no memory: back at once */
 			if (!back)
 				back = calloc(n, sizeof(*back));
@@ -406,11 +437,7 @@ static void take_cb(struct claim *cl, int status, const struct claim_contact *ro
 		fresh |= cp->n == 0;
 		c->camp = cp;
 		c->id = rows[i].id;
-		c->token = rows[i].lease_token;
-		c->attempts = rows[i].attempts;
-		c->claimed_ms = now;
-		snprintf(c->batch, sizeof(c->batch), "%s", rows[i].batch ? rows[i].batch : "");
-		snprintf(c->phone, sizeof(c->phone), "%s", rows[i].phone);
+		contact_set(c, &rows[i], now);
 		list_add_tail(&cp->contacts, &c->node);
 		cp->n++;
 		o->held++;
@@ -537,8 +564,12 @@ static void tick_cb(uv_timer_t *t)
 				admit_free(a, true);
 			}
 		}
+		/* Those in an admission in flight too, when it is not admitted with them: in a
+		 * large org the admissions' candidates can keep a contact reserved at every tick
+		 * (each admission's answer launches the next with the same candidates) past its
+		 * lease; swept and claimed again, it was held twice. */
 		if (now >= s->o.slot_wait_ms)
-			hand_back_org(o, now - s->o.slot_wait_ms);
+			hand_back_where(o, now - s->o.slot_wait_ms, NULL, NULL, 1);
 		admit_wake_org(o); /* postgres mode: refused admissions try again */
 		sel_pump(o);
 	}

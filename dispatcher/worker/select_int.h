@@ -24,7 +24,7 @@ struct scontact {
 	char phone[20];
 	uint64_t claimed_ms;
 	bool reserved; /* a candidate of an admission in flight */
-	bool revoked;  /* its batch or campaign stopped / paused meanwhile: back when unreserved */
+	bool revoked;  /* stopped / paused meanwhile, or past the slot wait: back when unreserved */
 };
 
 /* A campaign with demand (or with claimed contacts still held), allocated while it is known. */

@@ -1,7 +1,8 @@
 /* The admit operation whole (dispatcher/gate/gate_flow.h, issue 8 item 2) against a real Redis
  * and PostgreSQL: the admissions answered in one loop turn are written in ONE gate_pg_write and
  * each is reported written; a call whose contact's lease moved on before the turn ended is
- * reported lease lost and its Redis slots are back; a refusal is reported as one, with no row; a
+ * reported lease lost and its Redis slots are back (also a stale copy of a contact that another
+ * admission of the turn carries: it waits for the next batch); a refusal is reported as one, with no row; a
  * row written after its caller was cancelled by close is ended and its slots released. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -245,6 +246,63 @@ static void refusal_has_no_row(void **state)
 	env_close(&e);
 }
 
+/* Two admissions of one turn carry the same contact: call 1 a stale copy (the lease token of a
+ * claim since swept and claimed again), call 2 the current one. The stale copy waits for a
+ * second batch of the same turn and is refused alone (lease lost, slots released); the three
+ * others are written. Before, gate_pg_calls_check() refused the whole write of four (-EINVAL)
+ * and every call was NOT_WRITTEN (failed), the good ones with the stale one. */
+static void duplicate_contact_deferred(void **state)
+{
+	struct env e;
+	struct fprobe p[N_CALLS] = { 0 };
+	char id[N_CALLS][37];
+	struct gate_flow_stats fs;
+	long long k = gp_contact(admin, "ff", 0, 0);
+
+	(void)state;
+	env_open(&e, "ff", 10);
+	for (int i = 0; i < N_CALLS; i++) {
+		char c0[] = "ff_c0", c1[] = "ff_c1", a0[] = "ff_a0", a1[] = "ff_a1";
+		const char *camps[2] = { c0, c1 };
+		gp_uuid(id[i], 600 + (unsigned)i);
+		struct gate_admit_req req = {
+			.org = "ff", .call = id[i], .campaigns = camps, .n_campaigns = 2
+		};
+		long long c = i == 1 || i == 2 ? k : gp_contact(admin, "ff", 0, i + 1);
+		struct gate_pg_dial dials[2] = {
+			gp_call(id[i], "ff", c0, a0, c).dial,
+			gp_call(id[i], "ff", c1, a1, gp_contact(admin, "ff", 1, i)).dial,
+		};
+		if (i == 1)
+			dials[0].lease_token--; /* the stale copy */
+		struct gate_flow_row row = { .mode = GATE_MODE_REDIS,
+					     .epoch = (uint64_t)gp_epoch(admin),
+					     .dials = dials };
+		assert_int_equal(gate_flow_admit(e.flow, &req, &row, flow_cb, &p[i]), 0);
+	}
+	fixture_run_until(&e.ge.loop, all_done, p, 60000);
+	gate_flow_get_stats(e.flow, &fs);
+	assert_true(fs.batches >= 2); /* the copies never in one write */
+	assert_int_equal(fs.written, N_CALLS - 1);
+	assert_int_equal(fs.released, 1);
+	for (int i = 0; i < N_CALLS; i++) {
+		assert_int_equal(p[i].status, 0);
+		if (i == 1) {
+			assert_int_equal(p[i].r.outcome, GATE_FLOW_NOT_WRITTEN);
+			assert_int_equal(p[i].r.write, GATE_PG_LEASE_LOST);
+			assert_true(p[i].r.released);
+			assert_int_equal(rows(id[i]), 0);
+		} else {
+			assert_int_equal(p[i].r.outcome, GATE_FLOW_ADMITTED);
+			assert_int_equal(rows(id[i]), 1);
+		}
+	}
+	struct view_copy v;
+	assert_int_equal(genv_read(&e.ge, "ff", &v), 0);
+	assert_int_equal(v.v.org_running, N_CALLS - 1);
+	env_close(&e);
+}
+
 /* Close answers what is pending -ECANCELED from inside the call, and gives slots back. */
 static void close_cancels(void **state)
 {
@@ -336,6 +394,7 @@ static int setup(void **state)
 	gp_seed_org(admin, "fc", 2, 0, 2, agents, NULL, 10);
 	gp_seed_org(admin, "fd", 10, 0, 2, agents, NULL, 10);
 	gp_seed_org(admin, "fe", 10, 0, 2, agents, NULL, 10);
+	gp_seed_org(admin, "ff", 10, 0, 2, agents, NULL, 10);
 	holder = fixture_pg(&svc);
 	return 0;
 }
@@ -352,9 +411,12 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(one_write_per_turn),	  cmocka_unit_test(lease_lost_releases),
-		cmocka_unit_test(refusal_has_no_row),	  cmocka_unit_test(close_cancels),
+		cmocka_unit_test(one_write_per_turn),
+		cmocka_unit_test(lease_lost_releases),
+		cmocka_unit_test(refusal_has_no_row),
+		cmocka_unit_test(close_cancels),
 		cmocka_unit_test(close_ends_written_row),
+		cmocka_unit_test(duplicate_contact_deferred),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
