@@ -376,6 +376,57 @@ static int check_request(llhttp_t *p, struct http_request *req)
 	return 0;
 }
 
+/* ---- the body timer ----
+ * body_timeout_ms is an idle timeout, as nginx's client_body_timeout ("the period between two
+ * successive read operations"): it starts again whenever body bytes arrive. body_min_rate
+ * bounds the whole, as Apache's mod_reqtimeout MinRate: the time the body is read (paused time
+ * not counted) may not exceed body_timeout_ms + received / body_min_rate, so a client that
+ * trickles a byte now and then is cut although no gap reaches the idle timeout. */
+static void body_timer_arm(struct http_conn *c, struct http_request *req)
+{
+	const struct http_server_config *cfg = &c->srv->cfg;
+	uint64_t ms = cfg->body_timeout_ms;
+
+	if (ms && cfg->body_min_rate) {
+		uint64_t used = req->body_used + (uv_now(c->srv->loop) - req->body_since);
+		uint64_t allowed = ms + (uint64_t)req->received * 1000 / cfg->body_min_rate;
+		uint64_t left = allowed > used ? allowed - used : 1;
+
+		if (left < ms)
+			ms = left;
+	}
+	conn_arm(c, ms); /* 0: no timer */
+}
+
+/* The body starts being read: the end of a buffered request's headers, or a stream's. */
+void body_timer_start(struct http_conn *c, struct http_request *req)
+{
+	req->body_used = 0;
+	req->body_since = uv_now(c->srv->loop);
+	body_timer_arm(c, req);
+}
+
+/* The consumer does not take the body: its time stops, body_timer_release() goes on. */
+void body_timer_hold(struct http_conn *c, struct http_request *req)
+{
+	if (req->timer_held || c->closing)
+		return;
+	req->timer_held = true;
+	req->body_used += uv_now(c->srv->loop) - req->body_since;
+	uv_timer_stop(&c->timer);
+}
+
+/* The consumer takes the body again: the idle timeout starts over (the client was held back by
+ * the server, not idle), the reading time goes on from where it stopped. */
+void body_timer_release(struct http_conn *c, struct http_request *req)
+{
+	if (!req->timer_held)
+		return;
+	req->timer_held = false;
+	req->body_since = uv_now(c->srv->loop);
+	body_timer_arm(c, req);
+}
+
 static int on_headers_complete(llhttp_t *p)
 {
 	struct http_conn *c = conn_of(p);
@@ -401,7 +452,7 @@ static int on_headers_complete(llhttp_t *p)
 		return stream_start(p, req, has_body); /* 100 Continue when its body is read */
 	if (req->route && has_body)
 		maybe_continue(c, req);
-	conn_arm(c, c->srv->cfg.body_timeout_ms);
+	body_timer_start(c, req);
 	return 0;
 }
 
@@ -431,6 +482,8 @@ static int on_body(llhttp_t *p, const char *at, size_t n)
 	if (!req->route || req->received + req->ext_bytes + n > req->route->r.max_body)
 		return body_too_large(p);
 	req->received += n;
+	if (n && !req->done && !req->timer_held)
+		body_timer_arm(c, req); /* bytes came: the idle timeout starts over */
 	if (req->stream)
 		return stream_body(p, req, at, n, chunk_end);
 	if (n && http_buf_append(&req->body, at, n))

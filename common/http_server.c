@@ -34,6 +34,7 @@ void http_server_config_defaults(struct http_server_config *c)
 	c->max_pipelined = 16;
 	c->header_timeout_ms = 10000;
 	c->body_timeout_ms = 30000;
+	c->body_min_rate = 16384;
 	c->idle_timeout_ms = 60000;
 	c->linger_ms = 2000;
 	c->max_write_queued = 1 << 20;

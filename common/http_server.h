@@ -19,8 +19,9 @@
  *   body larger than the route's max_body            413 body_too_large          (closes)
  *     (its message names the limit: "... at most <max_body> bytes.")
  *   headers not complete header_timeout_ms after
- *   the request's first byte, or the body not
- *   complete body_timeout_ms after the headers       408 request_timeout         (closes)
+ *   the request's first byte, no body bytes for
+ *   body_timeout_ms, or the body slower than
+ *   body_min_rate (see "Body timeout")               408 request_timeout         (closes)
  *   malformed request                                400 bad_request             (closes)
  *   max_connections connections already open         503 too_many_connections    (closes)
  *     (answered at once on the accepted connection, before it sends anything, with
@@ -57,12 +58,20 @@
  *   - or calls http_request_body_read() (now, or later from any callback: until then the body
  *     waits in the socket), and answers with http_respond() when it is done, typically from
  *     the callback's last call or later. 100 Continue is sent when the body is first read.
- * body_timeout_ms runs only while the body is being read for a consumer: it is held before
- * http_request_body_read() and while the consumer has paused, and counts on from where it
- * stopped when reading goes on, so a slow consumer (a full COPY) never causes a 408. max_body
+ * The body timeout (below) runs only while the body is being read for a consumer: it is held
+ * before http_request_body_read() and while the consumer has paused, so a slow consumer (a full
+ * COPY) never causes a 408. max_body
  * applies to the total with chunk extensions: a Content-Length above it is 413 before the
  * handler is called (the handler never sees it); a chunked body that crosses it while streaming
  * is answered 413 by the server (see http_request_body_read()).
+ *
+ * Body timeout: body_timeout_ms is an idle timeout, as nginx's client_body_timeout ("the period
+ * between two successive read operations"): it runs from the end of the headers and starts
+ * over whenever body bytes arrive, so a large body on a slow link (64 MiB at 10 Mbit/s, about
+ * a minute) is taken. A trickle that keeps every gap under it is bounded by body_min_rate, as
+ * Apache's mod_reqtimeout MinRate: the body's reading time may not exceed body_timeout_ms +
+ * bytes received / body_min_rate (16 KiB/s: a byte every 29 s is cut about 30 s after the
+ * headers). Paused time counts for neither (the idle timeout starts over on resume).
  *
  * Every error the server produces has a JSON body {"error":"<code>","message":"<sentence>"};
  * handlers should use http_respond_error() for theirs. The decorate hook sees every response
@@ -141,7 +150,11 @@ struct http_server_config {
 	unsigned max_connections;   /* [1024] */
 	unsigned max_pipelined;	    /* requests read ahead of their answers, per connection [16] */
 	uint64_t header_timeout_ms; /* first byte of a request to the end of its headers [10000] */
-	uint64_t body_timeout_ms;   /* end of headers to the end of the body [30000] */
+	uint64_t body_timeout_ms;   /* the body's idle timeout: from the end of the headers, and
+				     * from each read of body bytes, to the next [30000] */
+	uint64_t body_min_rate;	    /* bytes/s: a body's reading time may not exceed
+				     * body_timeout_ms + bytes received / this, 0 = no bound
+				     * [16384] (see "Body timeout") */
 	uint64_t idle_timeout_ms;   /* a kept-alive connection with nothing to do [60000] */
 	uint64_t linger_ms;	    /* reading (and dropping) input after a closing answer [2000] */
 	size_t max_write_queued;    /* unsent output above which reading pauses [1048576] */
@@ -236,7 +249,7 @@ const char *http_request_body(const struct http_request *req, size_t *len);
  * chunked), len > 0 and status 0, in order; then exactly once with len 0 (buf "") and:
  *   0            the body is complete: the handler answers (from this call or later).
  *   -EMSGSIZE    a chunked body crossed the route's max_body: the server answers 413.
- *   -ETIMEDOUT   body_timeout_ms passed (not counting paused time): the server answers 408.
+ *   -ETIMEDOUT   the body timeout passed (see "Body timeout"): the server answers 408.
  *   -EPROTO      the body is malformed (a chunk's size or CRLF): the server answers 400.
  *   -ENOMEM      the server ran out of memory: it answers 500.
  *   -ECONNRESET  the client went away, or the connection was closed (a write that failed or

@@ -49,16 +49,17 @@ struct http_request {
 	/* A stream route's request (see http_stream.c): handed to its handler at the end of its
 	 * headers; the body goes to body_cb, never into body. */
 	bool stream;
-	bool expect;	  /* the client sent Expect: 100-continue */
-	bool continued;	  /* 100 Continue was sent */
-	bool body_paused; /* the consumer paused (http_request_body_pause) */
-	bool body_gone;	  /* detached from the parser before its end: the body will not come */
-	bool finishing;	  /* body_cb is being told the body failed: no http_respond() now */
-	bool timer_held;  /* body_timeout_ms held while not read, body_left ms left */
-	uint64_t body_left;
-	size_t received;	    /* body bytes parsed so far (stream or not) */
-	http_body_cb body_cb;	    /* the consumer, NULL until http_request_body_read() */
-	void *body_data;	    /* borrowed */
+	bool expect;	      /* the client sent Expect: 100-continue */
+	bool continued;	      /* 100 Continue was sent */
+	bool body_paused;     /* the consumer paused (http_request_body_pause) */
+	bool body_gone;	      /* detached from the parser before its end: the body will not come */
+	bool finishing;	      /* body_cb is being told the body failed: no http_respond() now */
+	bool timer_held;      /* the body timer held while the body is not read (body_used kept) */
+	uint64_t body_since;  /* loop time the body was last (re)started being read */
+	uint64_t body_used;   /* ms the body was read before body_since (paused time not) */
+	size_t received;      /* body bytes parsed so far (stream or not) */
+	http_body_cb body_cb; /* the consumer, NULL until http_request_body_read() */
+	void *body_data;      /* borrowed */
 	http_collect_cb collect_cb; /* http_request_body_collect(): the body goes into body */
 	void *collect_data;	    /* borrowed */
 	int err_status;		    /* a server error to answer at message end (404/405) */
@@ -133,6 +134,9 @@ static inline struct http_request *conn_tail(const struct http_conn *c)
 
 /* http_request.c */
 void http_parser_settings(llhttp_settings_t *s);
+void body_timer_start(struct http_conn *c, struct http_request *req);
+void body_timer_hold(struct http_conn *c, struct http_request *req);
+void body_timer_release(struct http_conn *c, struct http_request *req);
 struct http_request *request_new(struct http_conn *c);
 void request_free(struct http_request *req);
 int request_error(struct http_request *req, int status, const char *code, const char *msg);

@@ -8,30 +8,6 @@
 #include <errno.h>
 #include <strings.h>
 
-/* Holds body_timeout_ms while the consumer does not take the body; timer_release() arms what
- * was left. */
-static void timer_hold(struct http_conn *c, struct http_request *req)
-{
-	if (req->timer_held || c->closing)
-		return;
-	req->timer_held = true;
-	req->body_left = 0; /* no timer (body_timeout_ms 0) */
-	if (uv_is_active((uv_handle_t *)&c->timer)) {
-		req->body_left = uv_timer_get_due_in(&c->timer);
-		if (!req->body_left)
-			req->body_left = 1;
-	}
-	uv_timer_stop(&c->timer);
-}
-
-static void timer_release(struct http_conn *c, struct http_request *req)
-{
-	if (!req->timer_held)
-		return;
-	req->timer_held = false;
-	conn_arm(c, req->body_left);
-}
-
 /* After user code ran in a parser callback of req: stops the parser when req has left it
  * (answered and the connection closing, or closed), pauses it while the consumer does not take
  * the body (conn_parse then keeps the unparsed input). */
@@ -40,7 +16,7 @@ static int after_user(llhttp_t *p, struct http_conn *c, struct http_request *req
 	if (c->closing || c->cur != req)
 		return parser_fail(p, 0, NULL, NULL);
 	if (stream_blocked(c)) {
-		timer_hold(c, req);
+		body_timer_hold(c, req);
 		return HPE_PAUSED;
 	}
 	return 0;
@@ -81,7 +57,7 @@ int stream_start(llhttp_t *p, struct http_request *req, bool has_body)
 	req->expect = has_body && e && strcasecmp(e, "100-continue") == 0;
 	req->handed = true;
 	c->srv->stats.requests++;
-	conn_arm(c, c->srv->cfg.body_timeout_ms);
+	body_timer_start(c, req);
 	req->route->r.handler(req, req->route->r.data);
 	return after_user(p, c, req);
 }
@@ -175,7 +151,7 @@ static void resume(struct http_conn *c, struct http_request *req)
 {
 	if (c->cur != req || stream_blocked(c))
 		return;
-	timer_release(c, req);
+	body_timer_release(c, req);
 	conn_maybe_resume(c);
 }
 
@@ -210,7 +186,7 @@ void http_request_body_pause(struct http_request *req)
 	req->body_paused = true;
 	if (c->in_parse)
 		return; /* the parser callback pauses when the consumer returns (after_user) */
-	timer_hold(c, req);
+	body_timer_hold(c, req);
 	conn_read_stop(c);
 }
 

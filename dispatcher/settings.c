@@ -104,6 +104,15 @@ const struct config_setting settings_table[] = {
 	  OFF(http_max_connections),
 	  "Open connections of the HTTP server (capped under the file-descriptor limit); beyond "
 	  "it: 503." },
+	/* review finding: the body timeout is an idle timeout, bounded by a minimum rate */
+	{ "DISPATCHER_HTTP_BODY_TIMEOUT_MS", CONFIG_INT, 1000, 3600000, "30000", NULL, "ms", false,
+	  OFF(http_body_timeout_ms),
+	  "Idle timeout of a request body, as nginx's client_body_timeout: no body bytes for this "
+	  "long: 408 (each read of body bytes starts it again)." },
+	{ "DISPATCHER_HTTP_BODY_MIN_RATE", CONFIG_INT, 1, 1000000000, "16384", NULL, "B/s", false,
+	  OFF(http_body_min_rate),
+	  "Minimum average rate of a request body, as Apache's MinRate: reading it may take at "
+	  "most the body timeout + bytes received / this rate, else 408 (a trickle is cut)." },
 	{ "DISPATCHER_ROLE", CONFIG_ENUM, 0, 0, "all", "all|api|worker", NULL, false, OFF(role),
 	  "What `dispatcher run` does: all = serve the API and dispatch batches; api = serve the "
 	  "API only (no batch contact is claimed); worker = dispatch only (no /v2 or /api routes). "

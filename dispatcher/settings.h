@@ -39,6 +39,8 @@ struct settings {
 	long long floor_ttl_s;	       /* installed floors expire after this */
 	long long reconcile_s;	       /* the reconciler's period */
 	long long http_max_connections; /* open connections of the HTTP server; beyond: 503 */
+	long long http_body_timeout_ms; /* a request body's idle timeout */
+	long long http_body_min_rate;	/* bytes/s a request body must average */
 	int role;			/* enum worker_role: 0 all, 1 api, 2 worker */
 
 	/* The operator listener (issue 10 items 7-8). */

@@ -87,6 +87,8 @@ int run_main(const struct settings *s)
 		.reconnect_min_ms = (uint64_t)s->reconnect_min_ms,
 		.reconnect_max_ms = (uint64_t)s->reconnect_max_ms,
 		.http_max_connections = (unsigned)s->http_max_connections,
+		.http_body_timeout_ms = (uint64_t)s->http_body_timeout_ms,
+		.http_body_min_rate = (uint64_t)s->http_body_min_rate,
 		.role = (enum worker_role)s->role,
 		.lease_sweep_s = (uint64_t)s->lease_sweep_s,
 		.call_sweep_s = (uint64_t)s->call_sweep_s,

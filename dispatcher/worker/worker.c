@@ -1247,6 +1247,10 @@ int worker_start(struct worker *w)
 	hc.decorate_data = w;
 	if (w->o.http_max_connections)
 		hc.max_connections = w->o.http_max_connections;
+	if (w->o.http_body_timeout_ms) /* review finding: an idle timeout, see http_server.h */
+		hc.body_timeout_ms = w->o.http_body_timeout_ms;
+	if (w->o.http_body_min_rate)
+		hc.body_min_rate = w->o.http_body_min_rate;
 	struct http_route routes[64];
 	size_t nroutes = 0;
 	for (size_t i = 0; i < worker_routes_n; i++)

@@ -85,6 +85,8 @@ struct worker_options {
 	uint64_t redis_connect_timeout_ms, redis_command_timeout_ms;
 	uint64_t reconnect_min_ms, reconnect_max_ms;
 	unsigned http_max_connections;
+	uint64_t http_body_timeout_ms; /* 0: the HTTP server's default (30000) */
+	uint64_t http_body_min_rate;   /* bytes/s; 0: the HTTP server's default (16384) */
 	enum worker_role role;
 	unsigned pg_pool_size; /* 0: 4 */
 	/* The periodic jobs (sweep.h); 0 means the sweep's default. */

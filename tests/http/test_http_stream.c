@@ -3,7 +3,8 @@
  * pausing consumer, the server's input_held_max stays at one read); back-pressure; an answer
  * given before the body is read (the rest dropped, a pipelined request behind it answered, or
  * Connection: close when 100-continue was not sent); 413 while streaming; the client going away
- * and the body timeout told to the consumer; the timeout held while the consumer pauses; a
+ * and the body timeout told to the consumer; the timeout held while the consumer pauses; the
+ * body timeout idle (a trickle taken, a stall 408) and bounded by body_min_rate; a
  * drain. The server runs its loop in a second thread; the test thread is the client (raw
  * sockets). Waits are on observable events with a deadline, never on elapsed time alone. */
 #define _GNU_SOURCE /* POLLRDHUP */
@@ -27,13 +28,14 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#define WAIT_MS	   20000 /* socket receive timeout: only reached when something is broken */
-#define BODY_TO_MS 300	 /* the fixture's body_timeout_ms */
-#define LINGER_MS  300	 /* the fixture's linger_ms */
-#define READ_BUF   65536 /* the server's read buffer (HTTP_READ_BUF) */
-#define STREAM_MAX (64u << 20)
-#define SMALL_MAX  1000
-#define NO_STATUS  1 /* f->status before the consumer's last call */
+#define WAIT_MS	      20000 /* socket receive timeout: only reached when something is broken */
+#define BODY_TO_MS    300   /* the fixture's body_timeout_ms */
+#define LINGER_MS     300   /* the fixture's linger_ms */
+#define TRICKLE_TO_MS 600   /* body_timeout_ms of the trickle tests; a piece every quarter of it */
+#define READ_BUF      65536 /* the server's read buffer (HTTP_READ_BUF) */
+#define STREAM_MAX    (64u << 20)
+#define SMALL_MAX     1000
+#define NO_STATUS     1 /* f->status before the consumer's last call */
 
 struct fixture {
 	uv_loop_t loop;
@@ -324,7 +326,9 @@ static void *loop_main(void *arg)
 	return NULL;
 }
 
-static struct fixture *start_with(uint64_t body_timeout_ms)
+#define KEEP_RATE UINT64_MAX /* start_rate(): the default body_min_rate */
+
+static struct fixture *start_rate(uint64_t body_timeout_ms, uint64_t body_min_rate)
 {
 	struct fixture *f = calloc(1, sizeof(*f));
 	struct http_server_config cfg;
@@ -347,6 +351,8 @@ static struct fixture *start_with(uint64_t body_timeout_ms)
 	cfg.header_timeout_ms = 600000;
 	cfg.idle_timeout_ms = 600000;
 	cfg.body_timeout_ms = body_timeout_ms;
+	if (body_min_rate != KEEP_RATE)
+		cfg.body_min_rate = body_min_rate;
 	cfg.linger_ms = LINGER_MS;
 	atomic_store(&f->status, NO_STATUS);
 	assert_int_equal(uv_loop_init(&f->loop), 0);
@@ -363,6 +369,11 @@ static struct fixture *start_with(uint64_t body_timeout_ms)
 	return f;
 }
 
+static struct fixture *start_with(uint64_t body_timeout_ms)
+{
+	return start_rate(body_timeout_ms, KEEP_RATE);
+}
+
 static struct fixture *start(void)
 {
 	return start_with(BODY_TO_MS);
@@ -374,10 +385,24 @@ static int setup(void **state)
 	return 0;
 }
 
-/* body_timeout_ms is the whole body's (less paused time): a long one for large bodies. */
+/* A long body timeout: large bodies through a pausing consumer on a loaded machine. */
 static int setup_long(void **state)
 {
 	*state = start_with(600000);
+	return 0;
+}
+
+/* The trickle tests: the default body_min_rate, a body timeout the pieces keep well within. */
+static int setup_trickle(void **state)
+{
+	*state = start_with(TRICKLE_TO_MS);
+	return 0;
+}
+
+/* body_min_rate 100 bytes/s: a byte every TRICKLE_TO_MS / 4 is too slow. */
+static int setup_min_rate(void **state)
+{
+	*state = start_rate(TRICKLE_TO_MS, 100);
 	return 0;
 }
 
@@ -947,6 +972,100 @@ static void stream_body_timeout(void **state)
 	assert_int_equal(atomic_load(&f->bytes), 3);
 }
 
+/* Sends len bytes of body in pieces of piece bytes, one every TRICKLE_TO_MS / 4; stops early
+ * (returns false) when the server has answered or closed. */
+static bool trickle(int fd, const char *body, size_t len, size_t piece)
+{
+	for (size_t off = 0; off < len; off += piece) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+
+		if (off && poll(&p, 1, TRICKLE_TO_MS / 4) != 0)
+			return false;
+		if (raw_send(fd, body + off, off + piece > len ? len - off : piece))
+			return false;
+	}
+	return true;
+}
+
+/* body_timeout_ms is an idle timeout: a body that comes in pieces, each well within it, but
+ * in all over three times as long, is taken, streamed and buffered. */
+static void body_trickle_accepted(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	size_t piece = 4096, len = 12 * piece;
+	uint64_t sum;
+	char *body = pattern(len, &sum);
+	char head[128];
+	const char *paths[] = { "/stream", "/buffered" };
+
+	for (int i = 0; i < 2; i++) {
+		int fd = conn(f);
+		uint64_t t0 = mono_ms();
+
+		reset(f);
+		snprintf(head, sizeof(head),
+			 "POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", paths[i],
+			 len);
+		send_str(fd, head);
+		assert_true(trickle(fd, body, len, piece));
+		expect_status(fd, 200, &r);
+		if (i == 0)
+			expect_count(&r, len, sum);
+		else
+			assert_int_equal(strtoull(r.body, NULL, 10), len);
+		raw_response_free(&r);
+		assert_true(mono_ms() - t0 >= 2 * TRICKLE_TO_MS); /* longer than the timeout */
+		close(fd);
+	}
+	free(body);
+}
+
+/* A body that makes progress, then stops: 408 one idle timeout after its last bytes. */
+static void body_stall_after_progress(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	size_t piece = 1000;
+	uint64_t sum;
+	char *body = pattern(4 * piece, &sum);
+	int fd = conn(f);
+
+	send_str(fd, "POST /stream HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n");
+	assert_true(trickle(fd, body, 4 * piece, piece));
+	uint64_t t0 = mono_ms();
+	expect_status(fd, 408, &r);
+	assert_true(mono_ms() - t0 >= TRICKLE_TO_MS / 2);
+	assert_non_null(strstr(r.body, "request_timeout"));
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(fd));
+	close(fd);
+	assert_int_equal(wait_status(f), -ETIMEDOUT);
+	assert_int_equal(atomic_load(&f->bytes), 4 * piece);
+	free(body);
+}
+
+/* body_min_rate: a byte every quarter of the idle timeout keeps no gap near it, but at 100
+ * bytes/s the body may take TRICKLE_TO_MS + 10 ms a byte: 408 long before its 100 bytes (25
+ * s at that pace) are sent. */
+static void body_below_min_rate(void **state)
+{
+	struct fixture *f = *state;
+	struct raw_response r;
+	char body[100];
+	int fd = conn(f);
+
+	memset(body, 'x', sizeof(body));
+	send_str(fd, "POST /stream HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n");
+	assert_false(trickle(fd, body, sizeof(body), 1));
+	expect_status(fd, 408, &r);
+	raw_response_free(&r);
+	assert_true(raw_wait_closed(fd));
+	close(fd);
+	assert_int_equal(wait_status(f), -ETIMEDOUT);
+	assert_true(atomic_load(&f->bytes) < sizeof(body));
+}
+
 /* A drain: a body being read is cancelled (-ECANCELED) and the connection closed; a handler
  * that has not read its body yet is refused (-ECONNRESET) and still answers. */
 static void stream_drain(void **state)
@@ -995,6 +1114,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(stream_client_abort, setup, teardown),
 		cmocka_unit_test_setup_teardown(stream_body_timeout, setup, teardown),
 		cmocka_unit_test(stream_drain),
+		cmocka_unit_test_setup_teardown(body_trickle_accepted, setup_trickle, teardown),
+		cmocka_unit_test_setup_teardown(body_stall_after_progress, setup_trickle, teardown),
+		cmocka_unit_test_setup_teardown(body_below_min_rate, setup_min_rate, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

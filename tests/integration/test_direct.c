@@ -12,7 +12,10 @@
  *                           never dialled, its row ended (canceled), its slot released;
  *   freed_line_goes_direct  all lines busy, batch contacts waiting: the line freed by ending a
  *                           call goes to the direct dial (C10 first claim), not to a batch
- *                           waiter. */
+ *                           waiter;
+ *   postgres_cancel_in_flight_withdraws  postgres mode, cancelled while its admission is in
+ *                           flight and the withdrawal came before the refusal's commit: the
+ *                           waiter row goes at once, not at its 10 s expiry. */
 #include "direct.h"
 #include "error.h"
 #include "fixture.h"
@@ -336,6 +339,133 @@ static void freed_line_goes_direct(void **state)
 	assert_int_equal(read_k("o1").k, 0);
 }
 
+/* --- postgres mode --- */
+
+struct sql_cond {
+	const char *q;
+	long long at_least;
+	long long next, until;
+};
+
+/* A query's integer reaches at_least (checked every 10 ms, on the test's own connection), or
+ * the time is until. */
+static bool sql_reached(void *arg)
+{
+	struct sql_cond *c = arg;
+
+	if (fixture_now_ms() < c->next)
+		return false;
+	c->next = fixture_now_ms() + 10;
+	return sql_int(c->q) >= c->at_least || (c->until && fixture_now_ms() >= c->until);
+}
+
+/* Runs the worker's loop until the query's integer reaches at_least or within_ms passed (0:
+ * WAIT_MS, then the test fails); returns the last value. */
+static long long run_until_sql_within(const char *q, long long at_least, long long within_ms)
+{
+	struct sql_cond c = { q, at_least, 0, within_ms ? fixture_now_ms() + within_ms : 0 };
+	fixture_run_until(&loop, sql_reached, &c, WAIT_MS);
+	return sql_int(q);
+}
+
+static bool mode_reached(void *arg)
+{
+	struct gate_mode_state ms;
+
+	gate_mode_get(worker_gate_mode(wk), &ms);
+	return ms.mode == *(const enum gate_mode *)arg && ms.usable && !ms.switching;
+}
+
+static void run_until_mode(enum gate_mode m)
+{
+	fixture_run_until(&loop, mode_reached, &m, WAIT_MS);
+}
+
+/* The waiter rows inserted so far (the statistics collector's count: it may lag by a second). */
+#define WAITERS_INSERTED                                                                           \
+	"SELECT coalesce(sum(n_tup_ins), 0) FROM pg_stat_user_tables"                              \
+	" WHERE relname = 'gate_direct_waiters'"
+
+/* Postgres mode (the reconciler kept from switching back by the test holding its lease), a
+ * direct dial on the full org o1 cancelled while its admission is in flight, the cancel's
+ * withdrawal (DELETE) ordered before the admission's commit: the admission is held on o1's row
+ * and the DELETE on the waiters table by a transaction of the test, released once the DELETE is
+ * seen waiting in pg_stat_activity (the DELETE is one statement, the admission has its reads,
+ * its writes and its commit still to go: the DELETE finds no row). The refusal then registers
+ * the waiter; the withdrawal is owed again and the row goes at once, not at its 10 s expiry
+ * (it stayed for 10 s before direct.c's refused() set pg_waiting again). */
+static void postgres_cancel_in_flight_withdraws(void **state)
+{
+	struct dres x;
+	struct direct_stats st;
+
+	(void)state;
+	PQclear(fixture_sql(db, "UPDATE leases SET owner = 'test_direct', version = version + 1,"
+				" lease_until = clock_timestamp() + interval '1 hour'"
+				" WHERE name = 'reconciler'"));
+	PQclear(fixture_sql(db, "WITH u AS (UPDATE system_settings SET gate_mode = 'postgres',"
+				" gate_epoch = gate_epoch + 1 RETURNING gate_mode, gate_epoch)"
+				" SELECT pg_notify('dsp_gate_mode', gate_mode || ' ' || gate_epoch)"
+				" FROM u"));
+	run_until_mode(GATE_MODE_POSTGRES);
+	assert_int_equal(sql_int("SELECT count(*) FROM calls WHERE org_id = 'o1' AND state IN"
+				 " ('dialing', 'live')"),
+			 2); /* o1 is full: a refusal */
+	assert_int_equal(sql_int("SELECT count(*) FROM gate_direct_waiters WHERE org_id = 'o1'"),
+			 0);
+	/* An attempt whose admission did not register (it timed out on the held row: a loaded
+	 * machine) shows nothing, either way: it is made again, three times at most. */
+	bool registered = false;
+	for (int attempt = 0; attempt < 3 && !registered; attempt++) {
+		long long inserted = sql_int(WAITERS_INSERTED);
+		PGconn *hold = fixture_pg(&svc);
+
+		PQclear(fixture_sql(hold, "BEGIN"));
+		PQclear(fixture_sql(hold,
+				    "SELECT 1 FROM organisations WHERE id = 'o1' FOR UPDATE"));
+		PQclear(fixture_sql(hold, "LOCK TABLE gate_direct_waiters IN SHARE MODE"));
+		direct_get_stats(worker_direct(wk), &st);
+		uint64_t want = st.admissions + 1;
+		struct direct_dial *dd = submit("o1", "a1", "+14155550195", &x);
+		fixture_run_until(&loop, admissions_reached, &want, WAIT_MS); /* sent, unanswered */
+		direct_dial_cancel(dd);
+		bool held = run_until_sql_within(
+				    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type ="
+				    " 'Lock' AND query LIKE 'DELETE FROM gate_direct_waiters WHERE"
+				    " call_id%'",
+				    1, 10000) >= 1;
+		/* Released at once: the admission (held on o1's row since its BEGIN) has 2 s
+		 * (GATE_PG_WRITE_DEADLINE_MS) before it would time out instead of registering. */
+		PQclear(fixture_sql(hold, "COMMIT"));
+		PQfinish(hold);
+		/* The refusal's waiter row was written (after the withdrawal had found none)... */
+		registered = held &&
+			     run_until_sql_within(WAITERS_INSERTED, inserted + 1, 10000) > inserted;
+		if (!registered)
+			print_message("attempt %d inconclusive (withdrawal %s, no waiter row"
+				      " written): again\n",
+				      attempt + 1, held ? "seen waiting" : "not seen");
+	}
+	assert_true(registered);
+	long long seen = fixture_now_ms();
+	/* ...and is withdrawn at once: well before its 10 s expiry. */
+	long long gone = run_until_sql_within("SELECT (count(*) = 0)::int FROM gate_direct_waiters"
+					      " WHERE org_id = 'o1'",
+					      1, 5000);
+	print_message("postgres mode: the cancelled dial's waiter row %s %lld ms after its insert"
+		      " was counted\n",
+		      gone ? "gone" : "still there", fixture_now_ms() - seen);
+	assert_int_equal(gone, 1);
+	assert_int_equal(x.done, 0);
+	direct_get_stats(worker_direct(wk), &st);
+	assert_int_equal(st.waiting, 0);
+
+	/* Back to redis mode: the reconciler's lease is free again, its next run switches. */
+	PQclear(fixture_sql(db, "UPDATE leases SET owner = NULL, lease_until = '-infinity'"
+				" WHERE name = 'reconciler'"));
+	run_until_mode(GATE_MODE_REDIS);
+}
+
 /* --- fixture --- */
 
 static bool o1_full(void *arg)
@@ -428,6 +558,7 @@ int main(void)
 		cmocka_unit_test(cancel_withdraws),
 		cmocka_unit_test(cancel_in_flight_admitted),
 		cmocka_unit_test(freed_line_goes_direct),
+		cmocka_unit_test(postgres_cancel_in_flight_withdraws),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

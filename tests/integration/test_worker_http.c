@@ -10,7 +10,9 @@
  *
  * /readyz (issue 10 item 7): ready with PostgreSQL up and the schema current, the gate mode
  * reported in the body; still 200 with Redis stopped (C11: the fleet dials on in postgres
- * mode); 503 "behind" for a worker started on a database missing its last migration. */
+ * mode); 503 "behind" for a worker started on a database missing its last migration.
+ *
+ * The body timeout settings (DISPATCHER_HTTP_BODY_TIMEOUT_MS, _MIN_RATE) reach the server. */
 #include "fixture.h"
 #include "rawsock.h"
 
@@ -313,6 +315,52 @@ static void cap_503_and_drain(void **state)
 	free(fds);
 }
 
+/* DISPATCHER_HTTP_BODY_TIMEOUT_MS and DISPATCHER_HTTP_BODY_MIN_RATE reach the server of
+ * `dispatcher run`: with 1000 ms, a body that never comes is 408 long before the default 30 s;
+ * with a minimum rate of 1 byte/s, a body trickled a byte every 250 ms for 2.5 s (two and a half
+ * idle timeouts) is taken (the default 16 KiB/s would cut it about 1 s after the headers). */
+static void body_settings(void **state)
+{
+	struct raw_response r;
+	int port = free_port();
+	char *body;
+
+	(void)state;
+	readyz_env(port);
+	setenv("DISPATCHER_HTTP_BODY_TIMEOUT_MS", "1000", 1);
+	setenv("DISPATCHER_HTTP_BODY_MIN_RATE", "1", 1);
+	worker_pid = spawn_worker();
+	assert_int_equal(readyz_until(port, "\"ready\":true", &body), 200);
+	free(body);
+
+	int fd = raw_connect(port, WAIT_MS);
+	assert_true(fd >= 0);
+	long long t0 = fixture_now_ms();
+	raw_send_str(fd, "POST /provider/events HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n");
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	assert_int_equal(r.status, 408);
+	raw_response_free(&r);
+	print_message("no body: 408 after %lld ms\n", fixture_now_ms() - t0);
+	assert_true(fixture_now_ms() - t0 < 15000);
+	close(fd);
+
+	fd = raw_connect(port, WAIT_MS);
+	assert_true(fd >= 0);
+	raw_send_str(fd, "POST /provider/events HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n");
+	for (int i = 0; i < 10; i++) {
+		fixture_sleep_ms(250);
+		assert_int_equal(raw_send(fd, "x", 1), 0);
+	}
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	print_message("trickled body: %d\n", r.status);
+	assert_int_not_equal(r.status, 408); /* the route's own answer to a body it cannot use */
+	raw_response_free(&r);
+	close(fd);
+	stop_worker();
+	unsetenv("DISPATCHER_HTTP_BODY_TIMEOUT_MS");
+	unsetenv("DISPATCHER_HTTP_BODY_MIN_RATE");
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -338,6 +386,7 @@ int main(void)
 		cmocka_unit_test(readyz_fields_and_redis_down),
 		cmocka_unit_test(readyz_schema_behind),
 		cmocka_unit_test(cap_503_and_drain),
+		cmocka_unit_test(body_settings),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
