@@ -29,20 +29,28 @@ struct meta_cache {
 	uint64_t gen;
 	struct strmap meta;  /* "<org> <campaign>" -> struct meta_entry */
 	struct strmap stats; /* org -> struct stats_entry */
+	uint64_t rows;	     /* rows held by all the meta entries (META_CACHE_ROWS_MAX) */
 	struct meta_cache_stats counters;
 };
 
-static void entry_free(struct meta_entry *e)
+static void entry_free_raw(struct meta_entry *e)
 {
 	free(e->m.rows);
 	free(e);
+}
+
+/* Frees an entry that was in the map (its rows counted). */
+static void entry_free(struct meta_cache *c, struct meta_entry *e)
+{
+	c->rows -= e->m.n;
+	entry_free_raw(e);
 }
 
 static void meta_clear(struct meta_cache *c)
 {
 	for (uint32_t i = 0; i < c->meta.cap; i++)
 		if (c->meta.slots[i].key)
-			entry_free(c->meta.slots[i].value);
+			entry_free(c, c->meta.slots[i].value);
 	strmap_free(&c->meta);
 }
 
@@ -80,7 +88,7 @@ static void drop_org(struct meta_cache *c, const char *org, size_t len)
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		strmap_del(&c->meta, drop[i]->key);
-		entry_free(drop[i]);
+		entry_free(c, drop[i]);
 	}
 	c->counters.drops_notified += n;
 	free(drop);
@@ -152,7 +160,7 @@ int meta_cache_get(struct meta_cache *c, const char *org, const char *campaign,
 	if (!(e = strmap_get(&c->meta, key)) || e->expires_ms <= uv_now(c->loop)) {
 		if (e) {
 			strmap_del(&c->meta, e->key);
-			entry_free(e);
+			entry_free(c, e);
 		}
 		c->counters.misses++;
 		return -ENOENT;
@@ -172,8 +180,13 @@ void meta_cache_put(struct meta_cache *c, const char *org, const char *campaign,
 
 	if (gen != c->gen)
 		return; /* a notification came while it was read: it may predate the change */
-	if (c->meta.count >= META_CACHE_MAX)
-		meta_clear(c); /* bounded: at worst every campaign is read once more */
+	/* Bounded by entries and by rows (each entry copies its organisation's active set, so an
+	 * organisation of many campaigns polled for each would otherwise grow with their square):
+	 * at worst every campaign is read once more. */
+	if (m->n > META_CACHE_ROWS_MAX)
+		return;
+	if (c->meta.count >= META_CACHE_MAX || c->rows + m->n > META_CACHE_ROWS_MAX)
+		meta_clear(c);
 	if (!(e = calloc(1, sizeof(*e))) ||
 	    !(e->m.rows = malloc((m->n ? m->n : 1) * sizeof(*e->m.rows)))) {
 		free(e);
@@ -186,9 +199,11 @@ void meta_cache_put(struct meta_cache *c, const char *org, const char *campaign,
 	e->m.rows = rows;
 	memcpy(rows, m->rows, m->n * sizeof(*rows));
 	if ((old = strmap_del(&c->meta, e->key)))
-		entry_free(old);
+		entry_free(c, old);
 	if (strmap_put(&c->meta, e->key, e))
-		entry_free(e);
+		entry_free_raw(e);
+	else
+		c->rows += e->m.n;
 }
 
 void meta_cache_drop(struct meta_cache *c, const char *org, const char *campaign)
@@ -198,7 +213,7 @@ void meta_cache_drop(struct meta_cache *c, const char *org, const char *campaign
 
 	make_key(key, org, campaign);
 	if ((e = strmap_del(&c->meta, key))) {
-		entry_free(e);
+		entry_free(c, e);
 		c->counters.drops_version++;
 	}
 }
@@ -243,4 +258,5 @@ void meta_cache_stats_put(struct meta_cache *c, const char *org,
 void meta_cache_get_stats(const struct meta_cache *c, struct meta_cache_stats *out)
 {
 	*out = c->counters;
+	out->rows = c->rows;
 }

@@ -29,6 +29,9 @@
 
 #define META_CACHE_TTL_MS 1000
 #define META_CACHE_MAX	  4096 /* entries of each kind; past it all of that kind are dropped */
+/* Campaign rows held by all the meta entries (about 80 bytes each: 5 MiB); past it all are
+ * dropped, and a meta of more rows is not kept. */
+#define META_CACHE_ROWS_MAX 65536
 /* migration 0015 (SELECT_CHANNEL_DISPATCH of dispatcher/worker/select.h, which the API does not
  * include) */
 #define META_CACHE_CHANNEL_DISPATCH "dsp_dispatch"
@@ -80,6 +83,7 @@ void meta_cache_stats_put(struct meta_cache *c, const char *org,
 /* Counters, for tests and the benchmark. */
 struct meta_cache_stats {
 	uint64_t hits, misses, drops_notified, drops_version, stats_hits;
+	uint64_t rows; /* campaign rows held now (at most META_CACHE_ROWS_MAX) */
 };
 void meta_cache_get_stats(const struct meta_cache *c, struct meta_cache_stats *out);
 

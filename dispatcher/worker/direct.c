@@ -421,6 +421,10 @@ static void pg_cb(struct gate_pg *g, int status, const struct gate_pgmode_answer
 	if (status) {
 		if (status == -ESTALE && !d->closing)
 			gate_mode_pg_up(d->o.mode);
+		/* The answer was lost, not the transaction: it may have committed a waiter row
+		 * after a cancel's withdrawal, which is owed again (as in refused()). */
+		if (status != -ECANCELED && !d->closing)
+			dd->pg_waiting = true;
 		if (status == -ECANCELED || d->closing)
 			answer_unavailable(dd, "the worker is closing");
 		else if (status == -ENOENT)
