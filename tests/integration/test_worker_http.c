@@ -59,8 +59,14 @@ static int free_port(void)
 static pid_t spawn_worker(void)
 {
 	char *args[] = { "run", NULL };
-	int saved = dup(STDERR_FILENO);
+	int saved;
 
+	if (worker_pid > 0) { /* a failed assertion of an earlier test left it running */
+		kill(worker_pid, SIGKILL);
+		waitpid(worker_pid, NULL, 0);
+		worker_pid = 0;
+	}
+	saved = dup(STDERR_FILENO);
 	if (log_path[strlen(log_path) - 1] != 'X') { /* a worker before this one */
 		unlink(log_path);
 		strcpy(log_path, "/tmp/dsp-worker-http-XXXXXX");
@@ -245,7 +251,10 @@ static void readyz_schema_behind(void **state)
 	sql(db, "INSERT INTO schema_migrations SELECT * FROM sm_saved");
 	sql(db, "DROP TABLE sm_saved");
 	sql(db, cut);
-	assert_int_equal(readyz_until(port, "\"schema\":\"current\"", &body), 200);
+	/* Ready again once its connections are back (the schema read current can come a turn
+	 * before the rest is: a 503 with "schema":"current" then). */
+	assert_int_equal(readyz_until(port, "\"ready\":true", &body), 200);
+	assert_non_null(strstr(body, "\"schema\":\"current\""));
 	free(body);
 	PQfinish(db);
 	stop_worker();
