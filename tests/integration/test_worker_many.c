@@ -38,27 +38,6 @@ static long long sql_int(const char *q)
 	return wproc_sql_int(db, q);
 }
 
-static void seed(void)
-{
-	char q[1024];
-
-	PQclear(fixture_sql(
-		db, "INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'o1', 250)"));
-	PQclear(fixture_sql(db, "INSERT INTO agents (id, org_id) VALUES ('a1', 'o1')"));
-	snprintf(q, sizeof(q),
-		 "INSERT INTO campaigns (id, org_id, agent_id) SELECT 'c' || lpad(k::text, 3, '0'),"
-		 " 'o1', 'a1' FROM generate_series(1, %d) k;"
-		 " INSERT INTO batches (id, org_id, campaign_id) SELECT 'b' || lpad(k::text, 3, "
-		 "'0'),"
-		 " 'o1', 'c' || lpad(k::text, 3, '0') FROM generate_series(1, %d) k;"
-		 " INSERT INTO contacts (org_id, campaign_id, batch_id, phone) SELECT 'o1',"
-		 " 'c' || lpad(k::text, 3, '0'), 'b' || lpad(k::text, 3, '0'),"
-		 " '+1415' || lpad((k * 100 + i)::text, 7, '0')"
-		 " FROM generate_series(1, %d) k, generate_series(1, %d) i WHERE k <= %d OR i = 1",
-		 CAMPAIGNS, CAMPAIGNS, CAMPAIGNS, OLD_PER, OLD);
-	PQclear(fixture_sql(db, q));
-}
-
 static void many_campaigns_all_dialled(void **state)
 {
 	char env[256];
@@ -66,7 +45,9 @@ static void many_campaigns_all_dialled(void **state)
 	struct stub_config sc;
 
 	(void)state;
-	seed();
+	char where[64];
+	snprintf(where, sizeof(where), "k <= %d OR i = 1", OLD);
+	wproc_seed_campaigns(db, 250, CAMPAIGNS, OLD_PER, where);
 	stub_config_defaults(&sc);
 	sc.dur_min_ms = 20;
 	sc.dur_max_ms = 60;
@@ -128,18 +109,7 @@ static void many_campaigns_all_dialled(void **state)
 	assert_true(cover < OLD * OLD_PER);
 	assert_true(young_first < old_last);
 	assert_int_equal(done, CONTACTS);
-	assert_int_equal(sql_int("SELECT count(*) FROM calls"), CONTACTS);
-	assert_int_equal(sql_int("SELECT count(*) FROM calls WHERE state <> 'ended'"), 0);
-	assert_int_equal((int)wproc_stat(&stub, "duplicates"), 0);
-	assert_int_equal((int)wproc_stat(&stub, "calls_placed"), CONTACTS);
-	assert_true(wproc_stat(&stub, "orgs.o1.max_live") <= 250);
-
-	kill(worker_pid, SIGTERM);
-	assert_int_equal(fixture_wait(worker_pid), 0);
-	worker_pid = 0;
-	assert_int_equal(sql_int("SELECT count(*) FROM contacts WHERE state <> 'done'"), 0);
-	assert_int_equal(sql_int("SELECT coalesce(sum(tries), 0) FROM contacts"), 0);
-	wproc_stub_stop(&stub);
+	wproc_assert_all_dialled(db, &stub, &worker_pid, CONTACTS, 250);
 }
 
 static int setup(void **state)

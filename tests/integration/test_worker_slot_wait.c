@@ -50,22 +50,7 @@ static long long sql_int(const char *q)
 
 static void seed(void)
 {
-	char q[1024];
-
-	PQclear(fixture_sql(
-		db, "INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'o1', 100)"));
-	PQclear(fixture_sql(db, "INSERT INTO agents (id, org_id) VALUES ('a1', 'o1')"));
-	snprintf(q, sizeof(q),
-		 "INSERT INTO campaigns (id, org_id, agent_id) SELECT 'c' || lpad(k::text, 3, '0'),"
-		 " 'o1', 'a1' FROM generate_series(1, %d) k;"
-		 " INSERT INTO batches (id, org_id, campaign_id) SELECT 'b' || lpad(k::text, 3,"
-		 " '0'), 'o1', 'c' || lpad(k::text, 3, '0') FROM generate_series(1, %d) k;"
-		 " INSERT INTO contacts (org_id, campaign_id, batch_id, phone) SELECT 'o1',"
-		 " 'c' || lpad(k::text, 3, '0'), 'b' || lpad(k::text, 3, '0'),"
-		 " '+1415' || lpad((k * 100 + i)::text, 7, '0')"
-		 " FROM generate_series(1, %d) k, generate_series(1, %d) i",
-		 CAMPAIGNS, CAMPAIGNS, CAMPAIGNS, PER);
-	PQclear(fixture_sql(db, q));
+	wproc_seed_campaigns(db, 100, CAMPAIGNS, PER, NULL);
 	/* Test-only: a contact moved out of 'claimed' after its lease ended (by the lease sweeper,
 	 * or late by anyone) is recorded; call rows are refused while test_refuse has a row. */
 	PQclear(fixture_sql(
@@ -151,18 +136,7 @@ static void no_contact_outlives_its_lease(void **state)
 	assert_int_equal(expired, 0);
 	assert_int_equal(claimed_late, 0);
 	assert_int_equal(done, CONTACTS);
-	assert_int_equal(sql_int("SELECT count(*) FROM calls"), CONTACTS);
-	assert_int_equal(sql_int("SELECT count(*) FROM calls WHERE state <> 'ended'"), 0);
-	assert_int_equal((int)wproc_stat(&stub, "duplicates"), 0);
-	assert_int_equal((int)wproc_stat(&stub, "calls_placed"), CONTACTS);
-	assert_true(wproc_stat(&stub, "orgs.o1.max_live") <= 100);
-
-	kill(worker_pid, SIGTERM);
-	assert_int_equal(fixture_wait(worker_pid), 0);
-	worker_pid = 0;
-	assert_int_equal(sql_int("SELECT count(*) FROM contacts WHERE state <> 'done'"), 0);
-	assert_int_equal(sql_int("SELECT coalesce(sum(tries), 0) FROM contacts"), 0);
-	wproc_stub_stop(&stub);
+	wproc_assert_all_dialled(db, &stub, &worker_pid, CONTACTS, 100);
 }
 
 static int setup(void **state)

@@ -135,6 +135,51 @@ static inline void wproc_seed_small(PGconn *db)
 		" FROM generate_series(1, 2) k, generate_series(1, 50) i"));
 }
 
+/* Organisation o1 of org_limit lines and agent a1, campaigns c001..cN each with batch bNNN,
+ * and per contacts in each (`where`, on k the campaign and i the contact, keeps a subset; NULL:
+ * all). */
+static inline void wproc_seed_campaigns(PGconn *db, int org_limit, int campaigns, int per,
+					const char *where)
+{
+	char q[1280];
+
+	snprintf(
+		q, sizeof(q),
+		"INSERT INTO organisations (id, name, org_limit) VALUES ('o1', 'o1', %d);"
+		" INSERT INTO agents (id, org_id) VALUES ('a1', 'o1');"
+		" INSERT INTO campaigns (id, org_id, agent_id) SELECT 'c' || lpad(k::text, 3, '0'),"
+		" 'o1', 'a1' FROM generate_series(1, %d) k;"
+		" INSERT INTO batches (id, org_id, campaign_id) SELECT 'b' || lpad(k::text, 3,"
+		" '0'), 'o1', 'c' || lpad(k::text, 3, '0') FROM generate_series(1, %d) k;"
+		" INSERT INTO contacts (org_id, campaign_id, batch_id, phone) SELECT 'o1',"
+		" 'c' || lpad(k::text, 3, '0'), 'b' || lpad(k::text, 3, '0'),"
+		" '+1415' || lpad((k * 100 + i)::text, 7, '0')"
+		" FROM generate_series(1, %d) k, generate_series(1, %d) i%s%s",
+		org_limit, campaigns, campaigns, campaigns, per, where ? " WHERE " : "",
+		where ? where : "");
+	PQclear(fixture_sql(db, q));
+}
+
+/* The end of a run that dials every contact once: `contacts` calls, all ended, none twice, o1
+ * never over max_live; then the worker (*pid) drains on SIGTERM with exit 0, leaving every
+ * contact done with no try owed, and the stub is stopped. */
+static inline void wproc_assert_all_dialled(PGconn *db, struct wproc_stub *stub, pid_t *pid,
+					    int contacts, int max_live)
+{
+	assert_int_equal(wproc_sql_int(db, "SELECT count(*) FROM calls"), contacts);
+	assert_int_equal(wproc_sql_int(db, "SELECT count(*) FROM calls WHERE state <> 'ended'"), 0);
+	assert_int_equal((int)wproc_stat(stub, "duplicates"), 0);
+	assert_int_equal((int)wproc_stat(stub, "calls_placed"), contacts);
+	assert_true(wproc_stat(stub, "orgs.o1.max_live") <= max_live);
+	kill(*pid, SIGTERM);
+	assert_int_equal(fixture_wait(*pid), 0);
+	*pid = 0;
+	assert_int_equal(wproc_sql_int(db, "SELECT count(*) FROM contacts WHERE state <> 'done'"),
+			 0);
+	assert_int_equal(wproc_sql_int(db, "SELECT coalesce(sum(tries), 0) FROM contacts"), 0);
+	wproc_stub_stop(stub);
+}
+
 static inline int wproc_free_port(void)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
