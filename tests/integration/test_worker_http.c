@@ -41,6 +41,7 @@
 static struct embedded svc;
 static pid_t worker_pid;
 static char log_path[] = "/tmp/dsp-worker-http-XXXXXX";
+static bool log_made; /* log_path names a file (mkstemp's suffix may itself end in 'X') */
 
 static int free_port(void)
 {
@@ -67,13 +68,14 @@ static pid_t spawn_worker(void)
 		worker_pid = 0;
 	}
 	saved = dup(STDERR_FILENO);
-	if (log_path[strlen(log_path) - 1] != 'X') { /* a worker before this one */
+	if (log_made) { /* a worker before this one */
 		unlink(log_path);
 		strcpy(log_path, "/tmp/dsp-worker-http-XXXXXX");
 	}
 	int lf = mkstemp(log_path);
 
 	assert_true(saved >= 0 && lf >= 0);
+	log_made = true;
 	dup2(lf, STDERR_FILENO);
 	pid_t pid = fixture_spawn_dispatcher(args, NULL);
 	dup2(saved, STDERR_FILENO);
@@ -384,7 +386,8 @@ static int teardown(void **state)
 		kill(worker_pid, SIGKILL);
 		waitpid(worker_pid, NULL, 0);
 	}
-	unlink(log_path);
+	if (log_made)
+		unlink(log_path);
 	embedded_stop(&svc);
 	return 0;
 }
