@@ -26,6 +26,10 @@
  * -ETIMEDOUT. Reconnects follow a capped, jittered backoff. Every log line names the connection
  * ("conn":"redis[<name>]").
  *
+ * The process must ignore SIGPIPE (signal(SIGPIPE, SIG_IGN), as `dispatcher run` does): hiredis
+ * 0.14 writes with write(2), and a command written in the instant the server closes the socket
+ * would otherwise kill the process without a word instead of failing with -ECONNRESET.
+ *
  * Async contract: if redis_conn_command*(), redis_conn_evalsha() or redis_conn_hook_command_argv()
  * returns an error the callback is never called; otherwise it is called exactly once: with the
  * reply, with a transport error, or with -ECANCELED when the connection is closed by its owner.

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -33,6 +34,10 @@ void fixture_start(struct embedded *e, bool pg, bool redis, bool tcp, bool migra
 {
 	struct embedded_options o = { .postgres = pg, .redis = redis, .tcp = tcp };
 
+	/* As the dispatcher's own main does: a test that stops a server must see EPIPE from a
+	 * write to its socket (hiredis writes with write(2)), not die of SIGPIPE without a word,
+	 * it or the worker processes it forks. */
+	signal(SIGPIPE, SIG_IGN);
 	assert_int_equal(embedded_start(e, &o), 0);
 	if (pg)
 		setenv("DATABASE_URL", e->database_url, 1);

@@ -32,6 +32,7 @@
 
 #include <errno.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -103,6 +104,8 @@ static uint64_t worker_command_timeout_ms = 30000;
  * test freezes the lanes; long enough, they bind throughout (the running way back). */
 static uint32_t worker_hold_ms = 8;
 static long long contact_base[2][N_CAMP];
+/* The running scenario's worker processes (0: not running or reaped). */
+static pid_t pids[WORKERS];
 
 static int64_t mono_ns(void)
 {
@@ -617,6 +620,7 @@ static int worker_main(int id)
 /* ---- the test process: the reconciler, the faults, the observer ---- */
 
 struct env {
+	bool open;	    /* between env_open() and env_close() */
 	struct gate_env ge; /* loop, registry, connection, a gate for the checks */
 	struct pg_pool *pool;
 	struct gate_pg *pg;
@@ -706,12 +710,18 @@ static void env_open(struct env *e)
 	assert_int_equal(gate_mode_new(&mo, &e->ctl), 0);
 	assert_int_equal(pg_pool_start(e->pool), 0);
 	assert_int_equal(redis_conn_start(e->ge.conn), 0);
+	e->open = true;
 	fixture_run_until(&e->ge.loop, env_up, e, 60000);
 	assert_int_equal(gate_mode_start(e->ctl), 0);
 }
 
+/* The scenario's environment (not on its stack: a failed scenario's is closed by its
+ * teardown). */
+static struct env scenario_env;
+
 static void env_close(struct env *e)
 {
+	e->open = false;
 	gate_mode_close(e->ctl);
 	e->ctl = NULL;
 	reconciler_close(e->rec, gp_closed_cb, &e->closed);
@@ -746,6 +756,48 @@ static int rec_run(struct env *e)
 	return p.status;
 }
 
+/* A worker that exited while the scenario waits for it fails the test at once (with how it
+ * ended) instead of at the wait's deadline, with the other workers spending their contacts. */
+static int worker_gone(void)
+{
+	for (int i = 0; i < WORKERS; i++) {
+		int st;
+		if (pids[i] > 0 && waitpid(pids[i], &st, WNOHANG) == pids[i]) {
+			pids[i] = 0;
+			fprintf(stderr, "outage worker %d ended during the scenario: %s %d\n", i,
+				WIFSIGNALED(st) ? "signal" : "exit status",
+				WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+			return i + 1;
+		}
+	}
+	return 0;
+}
+
+struct alive_wait {
+	bool (*cond)(void *arg);
+	void *arg;
+	int gone;
+};
+
+static bool cond_or_gone(void *arg)
+{
+	struct alive_wait *a = arg;
+
+	if ((a->gone = worker_gone()))
+		return true;
+	return a->cond(a->arg);
+}
+
+/* fixture_run_until, failing as soon as a worker process has ended. */
+static void run_until(struct env *e, bool (*cond)(void *arg), void *arg)
+{
+	struct alive_wait a = { cond, arg, 0 };
+
+	fixture_run_until(&e->ge.loop, cond_or_gone, &a, WAIT_MS);
+	if (a.gone)
+		fail_msg("worker %d ended while the scenario waited for it", a.gone - 1);
+}
+
 struct mode_want {
 	struct env *e;
 	enum gate_mode mode;
@@ -765,7 +817,7 @@ static bool mode_is(void *arg)
 static void wait_mode(struct env *e, enum gate_mode mode, long long epoch)
 {
 	struct mode_want w = { e, mode, epoch };
-	fixture_run_until(&e->ge.loop, mode_is, &w, WAIT_MS);
+	run_until(e, mode_is, &w);
 }
 
 /* Every worker's controller is usable in mode at epoch. */
@@ -783,7 +835,7 @@ static bool workers_in(void *arg)
 static void wait_workers(struct env *e, enum gate_mode mode, long long epoch)
 {
 	struct mode_want w = { e, mode, epoch };
-	fixture_run_until(&e->ge.loop, workers_in, &w, WAIT_MS);
+	run_until(e, workers_in, &w);
 }
 
 struct count_want {
@@ -801,7 +853,7 @@ static bool admitted_reached(void *arg)
 static long wait_admitted(struct env *e, enum gate_mode mode, long n)
 {
 	struct count_want c = { (int)mode, n };
-	fixture_run_until(&e->ge.loop, admitted_reached, &c, WAIT_MS);
+	run_until(e, admitted_reached, &c);
 	return atomic_load(&sh->admitted[mode]);
 }
 
@@ -840,7 +892,7 @@ static bool all_parked(void *arg)
 static void freeze(struct env *e)
 {
 	atomic_store(&sh->freeze, 1);
-	fixture_run_until(&e->ge.loop, all_parked, NULL, WAIT_MS);
+	run_until(e, all_parked, NULL);
 }
 
 static void thaw(void)
@@ -1183,8 +1235,7 @@ static const char *fault_name(enum fault f)
 
 static void outage(enum fault fault)
 {
-	struct env e;
-	pid_t pids[WORKERS];
+	struct env *e = &scenario_env;
 	long long e0, live_oa = 0, live_ob = 0;
 	long a1, p2, a3;
 	size_t n;
@@ -1195,15 +1246,15 @@ static void outage(enum fault fault)
 	worker_command_timeout_ms = running ? 3000 : 30000;
 	worker_hold_ms = running ? 40 : 8;
 	/* Start from a rebuild: postgres mode, empty Redis, the reconciler's way back. */
-	env_open(&e);
-	genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+	env_open(e);
+	genv_cmd(&e->ge, NULL, 0, "FLUSHALL", NULL);
 	gp_sql(admin,
 	       "UPDATE system_settings SET gate_mode = 'postgres', gate_epoch = gate_epoch + 1");
-	gate_mode_pg_up(e.ctl);
-	assert_int_equal(rec_run(&e), 0);
+	gate_mode_pg_up(e->ctl);
+	assert_int_equal(rec_run(e), 0);
 	e0 = gp_epoch(admin);
-	wait_mode(&e, GATE_MODE_REDIS, e0);
-	env_close(&e);
+	wait_mode(e, GATE_MODE_REDIS, e0);
+	env_close(e);
 
 	fflush(NULL);
 	for (int i = 0; i < WORKERS; i++) {
@@ -1214,25 +1265,25 @@ static void outage(enum fault fault)
 			_exit(worker_main(i));
 		}
 	}
-	env_open(&e);
-	wait_mode(&e, GATE_MODE_REDIS, e0);
-	wait_workers(&e, GATE_MODE_REDIS, e0);
+	env_open(e);
+	wait_mode(e, GATE_MODE_REDIS, e0);
+	wait_workers(e, GATE_MODE_REDIS, e0);
 
 	/* Phase 1: redis mode. */
-	a1 = wait_admitted(&e, GATE_MODE_REDIS, PHASE_N);
+	a1 = wait_admitted(e, GATE_MODE_REDIS, PHASE_N);
 
 	/* The fault: every worker switches; the fleet's epoch moves once. */
 	if (fault == FAULT_STOP)
 		assert_int_equal(embedded_redis_stop(&svc), 0);
 	else if (fault == FAULT_FLUSHALL)
-		genv_cmd(&e.ge, NULL, 0, "FLUSHALL", NULL);
+		genv_cmd(&e->ge, NULL, 0, "FLUSHALL", NULL);
 	else /* scripts wait; reads and CLIENT UNPAUSE do not (bounded, should the test fail) */
-		genv_cmd(&e.ge, NULL, 0, "CLIENT", "PAUSE", "120000", "WRITE", NULL);
-	wait_workers(&e, GATE_MODE_POSTGRES, e0 + 1);
-	wait_mode(&e, GATE_MODE_POSTGRES, e0 + 1);
+		genv_cmd(&e->ge, NULL, 0, "CLIENT", "PAUSE", "120000", "WRITE", NULL);
+	wait_workers(e, GATE_MODE_POSTGRES, e0 + 1);
+	wait_mode(e, GATE_MODE_POSTGRES, e0 + 1);
 	assert_int_equal(gp_epoch(admin), e0 + 1);
 	if (fault == FAULT_PAUSE)
-		genv_cmd(&e.ge, NULL, 0, "CLIENT", "UNPAUSE", NULL);
+		genv_cmd(&e->ge, NULL, 0, "CLIENT", "UNPAUSE", NULL);
 	/* The calls admitted in redis mode before the switch are the rows of epoch e0, all
 	 * committed before it (the epoch fence); a worker's counter may still miss one whose write
 	 * answered after its controller saw the switch (another connection). */
@@ -1243,37 +1294,39 @@ static void outage(enum fault fault)
 		redis_ups[i] = atomic_load(&sh->redis_ups[i]);
 
 	/* Phase 2: postgres mode. */
-	p2 = wait_admitted(&e, GATE_MODE_POSTGRES, PHASE_N);
+	p2 = wait_admitted(e, GATE_MODE_POSTGRES, PHASE_N);
 	assert_int_equal(gp_epoch(admin), e0 + 1);
 	assert_int_equal(redis_rows(e0), a1); /* none after the switch */
 	assert_int_equal(atomic_load(&sh->admitted[GATE_MODE_REDIS]), a1);
 
 	if (fault == FAULT_STOP) {
-		int ups = e.ge.ups;
+		int ups = e->ge.ups;
 		assert_int_equal(embedded_redis_start(&svc), 0);
-		fixture_run_until_count(&e.ge.loop, &e.ge.ups, ups + 1, WAIT_MS);
+		fixture_run_until_count(&e->ge.loop, &e->ge.ups, ups + 1, WAIT_MS);
 		/* Every worker's connection too: one that comes up on the restarted server only
 		 * after the rebuild set redis mode sees a new server (run_id) and, by design,
 		 * switches the fleet to postgres mode again (gate_mode.h). */
-		fixture_run_until(&e.ge.loop, workers_redis_up, redis_ups, WAIT_MS);
+		run_until(e, workers_redis_up, redis_ups);
 	}
 	if (running) {
 		/* Every worker's connection up again on the paused server (those whose scripts
 		 * timed out dropped it), so each admits in postgres mode beside a reachable Redis
 		 * when the way back runs. */
-		fixture_run_until(&e.ge.loop, workers_redis_up_now, NULL, WAIT_MS);
-		way_back_running(&e, e0);
+		run_until(e, workers_redis_up_now, NULL);
+		way_back_running(e, e0);
 	} else {
-		p2 = way_back_frozen(&e, e0, &live_oa, &live_ob);
+		p2 = way_back_frozen(e, e0, &live_oa, &live_ob);
 	}
 
 	/* Phase 3: redis mode again. */
-	a3 = wait_admitted(&e, GATE_MODE_REDIS, a1 + PHASE_N) - a1;
+	a3 = wait_admitted(e, GATE_MODE_REDIS, a1 + PHASE_N) - a1;
 	if (running)
-		check_frozen_records(&e);
+		check_frozen_records(e);
 	atomic_store(&sh->stop, 1);
-	for (int i = 0; i < WORKERS; i++)
+	for (int i = 0; i < WORKERS; i++) {
 		assert_int_equal(fixture_wait(pids[i]), 0);
+		pids[i] = 0;
+	}
 	a3 = atomic_load(&sh->admitted[GATE_MODE_REDIS]) - a1;
 	assert_int_equal(atomic_load(&sh->errors), 0);
 	if (running) /* a postgres-mode admission may answer after its worker saw redis mode */
@@ -1284,13 +1337,13 @@ static void outage(enum fault fault)
 	/* Afterwards: no live call; a periodic pass releases any record a release sent while
 	 * the worker still saw postgres mode left behind; then every count is zero. */
 	assert_int_equal(live_rows("oa") + live_rows("ob"), 0);
-	assert_int_equal(rec_run(&e), 0);
+	assert_int_equal(rec_run(e), 0);
 	struct reconciler_stats st;
 	struct view_copy v;
-	reconciler_get_stats(e.rec, &st);
+	reconciler_get_stats(e->rec, &st);
 	for (int i = 0; i < 2; i++) {
-		assert_int_equal(assert_records_equal_rows(&e, orgs[i].id), 0);
-		assert_int_equal(genv_read(&e.ge, orgs[i].id, &v), 0);
+		assert_int_equal(assert_records_equal_rows(e, orgs[i].id), 0);
+		assert_int_equal(genv_read(&e->ge, orgs[i].id, &v), 0);
 		assert_int_equal(v.v.system_running, 0);
 		for (uint32_t c = 0; c < v.n_campaigns; c++)
 			assert_int_equal(v.campaigns[c].running, 0);
@@ -1319,7 +1372,7 @@ static void outage(enum fault fault)
 	else
 		assert_int_equal(st.released + st.fenced + st.missing, 0);
 	free(r);
-	env_close(&e);
+	env_close(e);
 }
 
 static void redis_stopped_under_load(void **state)
@@ -1383,12 +1436,31 @@ static int teardown(void **state)
 	return 0;
 }
 
+/* After each scenario, passed or failed: no worker of it is left running into the next (a
+ * failed assertion leaves them admitting until the run's timeout). */
+static int scenario_teardown(void **state)
+{
+	(void)state;
+	atomic_store(&sh->stop, 1);
+	for (int i = 0; i < WORKERS; i++) {
+		if (pids[i] > 0) {
+			kill(pids[i], SIGKILL);
+			waitpid(pids[i], NULL, 0);
+			pids[i] = 0;
+		}
+	}
+	if (scenario_env.open)
+		env_close(&scenario_env);
+	assert_int_equal(embedded_redis_start(&svc), 0); /* stopped by a failed scenario A */
+	return 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(redis_stopped_under_load),
-		cmocka_unit_test(flushall_under_load),
-		cmocka_unit_test(pause_way_back_under_load),
+		cmocka_unit_test_teardown(redis_stopped_under_load, scenario_teardown),
+		cmocka_unit_test_teardown(flushall_under_load, scenario_teardown),
+		cmocka_unit_test_teardown(pause_way_back_under_load, scenario_teardown),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
