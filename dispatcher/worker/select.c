@@ -730,6 +730,18 @@ static int dispatch_activated(struct select *s, const char *payload)
 	return 0;
 }
 
+void select_listen_up(struct select *s)
+{
+	if (s->draining || s->closing)
+		return;
+	for (struct list_node *n = s->orgs.next; n != &s->orgs; n = n->next) {
+		struct sorg *o = list_entry(n, struct sorg, node);
+		o->activated_until = now_ms(s) + s->o.slot_wait_ms;
+		o->activated_any = true;
+		admit_repropose(o);
+	}
+}
+
 int select_dispatch_notify(struct select *s, const char *payload)
 {
 	char org[SEL_ID], camp[SEL_ID], batch[SEL_ID] = "";

@@ -118,6 +118,14 @@ void select_org_freed(struct select *s, const char *org);
 #define SELECT_CHANNEL_DISPATCH "dsp_dispatch"
 int select_dispatch_notify(struct select *s, const char *payload);
 
+/* The listening connection is up again: a notification sent while it was down is lost, and a
+ * lost "+" would leave the org's waiting admissions under the campaigns of their last refusal
+ * until they give up (the slot wait). So every org acts as if each of its campaigns had entered
+ * 'active': its waiting admissions are re-proposed now (with the campaigns claimed already),
+ * and again when a claim within one slot wait brings a campaign that had nothing claimed. A
+ * lost stop or pause needs nothing: the fenced write refuses its contacts (gate_pg.c). */
+void select_listen_up(struct select *s);
+
 /* Stops claiming and admitting, withdraws the waiters, hands every claimed contact back
  * (pending, nothing charged) once the admissions in flight are answered; cb (may be NULL) once
  * every hand-back is answered. */

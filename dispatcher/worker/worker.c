@@ -208,9 +208,10 @@ static void on_pg_state(struct pg_pool *pool, unsigned index, bool up, void *dat
 {
 	struct worker *w = data;
 
-	(void)index;
 	if (up && w->mode)
 		gate_mode_pg_up(w->mode);
+	if (up && index == 0 && w->sel) /* the LISTENs' connection (pg_pool_listen()) */
+		select_listen_up(w->sel);
 	if (up)
 		schema_read(w);
 	else if (!pg_pool_up_count(pool))

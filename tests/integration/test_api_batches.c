@@ -17,6 +17,11 @@
  *    cancelled, nothing dialled after. Transitions: repeats are 200 (idempotent), pause /
  *    resume of a stopped batch 409, everything on a completed batch (b4) 409. Another
  *    organisation's batch is 404 on every route, both ways; 401 without a key.
+ *  - resume_notify_lost: o4 (2 lines) dials b7 (c7) on both lines, held, b8 (c8) paused. Every
+ *    connection of the worker is dropped and kept out while b8 is resumed, so migration 0016's
+ *    notification is lost; once the worker is back, has claimed b8 and c8's floor is installed,
+ *    one held call ends: b8 must get that line within SPEC P3's 1 s (the worker re-proposes its
+ *    waiting admissions when its listening connection comes up; without that, the slot wait).
  *  - list_pages: o3's 205 batches (pairs created in the same microsecond) walked with limit 100
  *    (the max: 100 + 100 + 5, newest first, each once, ties broken by id), 99 (below), 101
  *    (above: 400), 0, non-numbers, unknown and repeated parameters, bad cursors (400);
@@ -47,7 +52,7 @@ static struct wproc_stub stub;
  * ms (plain and ASan, up to four tests at once on 2 cores). */
 #define P3_MS 1000
 static PGconn *db;
-static char k1[APIKEY_LEN + 1], k2[APIKEY_LEN + 1], k3[APIKEY_LEN + 1];
+static char k1[APIKEY_LEN + 1], k2[APIKEY_LEN + 1], k3[APIKEY_LEN + 1], k4[APIKEY_LEN + 1];
 
 static long long sql_int(const char *fmt, ...)
 {
@@ -138,7 +143,7 @@ static long long calls_of(const char *batch)
 
 /* Waits until the capacity endpoint reports campaign's guaranteed floor as floor; returns the
  * ms it took. */
-static long long wait_floor(const char *campaign, int floor)
+static long long wait_floor_as(const char *key, const char *campaign, int floor)
 {
 	char path[128];
 	long long t0 = fixture_now_ms();
@@ -147,7 +152,7 @@ static long long wait_floor(const char *campaign, int floor)
 	snprintf(path, sizeof(path), "/api/v1/campaigns/%s/capacity", campaign);
 	for (;;) {
 		cJSON *j;
-		assert_int_equal(call("GET", path, k1, &j), 200);
+		assert_int_equal(call("GET", path, key, &j), 200);
 		got = (int)api_num(j, "fair_share.guaranteed_floor");
 		cJSON_Delete(j);
 		if (got == floor)
@@ -156,6 +161,11 @@ static long long wait_floor(const char *campaign, int floor)
 			fail_msg("%s: guaranteed floor %d, waited for %d", campaign, got, floor);
 		fixture_sleep_ms(20);
 	}
+}
+
+static long long wait_floor(const char *campaign, int floor)
+{
+	return wait_floor_as(k1, campaign, floor);
 }
 
 static long long in_state(const char *batch, const char *state)
@@ -489,6 +499,79 @@ static void list_pages(void **state)
 	cJSON_Delete(j);
 }
 
+/* The worker's connections to PostgreSQL (all but the test's own). */
+#define WORKER_BACKENDS                                                                            \
+	"FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"     \
+	" AND backend_type = 'client backend'"
+
+static void resume_notify_lost(void **state)
+{
+	(void)state;
+	char st[32];
+
+	/* o4 (2 lines): b7 (c7) dials on both, held; its next admissions wait under c7 only; b8
+	 * (c8) is paused from the start. */
+	PQclear(api_sql(db, "INSERT INTO batches (id, org_id, campaign_id, status) VALUES"
+			    " ('b7', 'o4', 'c7', 'active'), ('b8', 'o4', 'c8', 'paused')"));
+	PQclear(api_sql(db, "INSERT INTO contacts (org_id, campaign_id, batch_id, phone, state)"
+			    " SELECT 'o4', c, b, '+1415666' || lpad(i::text, 4, '0'),"
+			    " s::contact_state FROM (VALUES ('c7', 'b7', 200, 'pending'),"
+			    " ('c8', 'b8', 20, 'held')) v(c, b, n, s), generate_series(1, v.n) i"));
+	wait_sql(2, "SELECT count(*) FROM calls WHERE org_id = 'o4' AND state <> 'ended'");
+	wait_sql(1, "SELECT (count(*) > 0)::int FROM contacts WHERE batch_id = 'b7'"
+		    " AND state = 'claimed'");
+	wait_floor_as(k4, "c8", 0);
+
+	/* Every connection of the worker dropped and kept out (the database refuses new ones)
+	 * while b8 is resumed, with the API's own statement: migration 0016's "+o4 c8" reaches
+	 * nobody. */
+	char info[600];
+	snprintf(info, sizeof(info), "%s dbname=postgres", svc.database_url);
+	PGconn *pdb = PQconnectdb(info); /* the database cannot be altered from itself */
+	assert_int_equal(PQstatus(pdb), CONNECTION_OK);
+	PQclear(api_sql(pdb, "ALTER DATABASE dispatcher ALLOW_CONNECTIONS false"));
+	PQclear(api_sql(db, "SELECT pg_terminate_backend(pid) " WORKER_BACKENDS));
+	wait_sql(0, "SELECT count(*) " WORKER_BACKENDS);
+	PQclear(api_sql(db, "UPDATE batches SET status = 'active', updated_at = now()"
+			    " WHERE id = 'b8'"));
+	PQclear(api_sql(db, "UPDATE contacts SET state = 'pending', updated_at = now()"
+			    " WHERE batch_id = 'b8' AND state = 'held'"));
+	PQclear(api_sql(pdb, "ALTER DATABASE dispatcher ALLOW_CONNECTIONS true"));
+	PQfinish(pdb);
+
+	/* The worker reconnects, claims b8 (a demand scan) and the refresher installs c8's floor
+	 * (1 of 2 lines); no line is free. One held call ends: b8, below its floor, must get that
+	 * line within SPEC P3's 1 s. Without the re-proposal on the listening connection's return
+	 * the waiting admissions stay under c7, the freed line is kept for c8's shortfall, and b8
+	 * waits for them to give up: the slot wait (20 s). */
+	wait_sql(1, "SELECT (count(*) > 0)::int FROM contacts WHERE batch_id = 'b8'"
+		    " AND state = 'claimed'");
+	long long ms = wait_floor_as(k4, "c8", 1);
+	print_message("notification lost: c8's floor installed %lld ms after b8 was claimed\n", ms);
+	assert_int_equal(calls_of("b8"), 0);
+	PGresult *q = api_sql(db, "SELECT id FROM calls WHERE org_id = 'o4' AND state <> 'ended'"
+				  " ORDER BY id LIMIT 1");
+	char end1[128];
+	assert_int_equal(PQntuples(q), 1);
+	snprintf(end1, sizeof(end1), "{\"idempotency_key\":\"%s\"}", PQgetvalue(q, 0, 0));
+	PQclear(q);
+	long long b7_before = calls_of("b7"), t1 = fixture_now_ms();
+	free(wproc_stub_http(&stub, "/control/end", end1));
+	while (calls_of("b8") == 0) {
+		if (fixture_now_ms() - t1 > P3_MS)
+			fail_msg("notification lost: b8 not dialled within %d ms of a freed line"
+				 " (b7 dialled %lld meanwhile)",
+				 P3_MS, calls_of("b7") - b7_before);
+		fixture_sleep_ms(10);
+	}
+	assert_int_equal(calls_of("b7"), b7_before); /* the one freed line went to b8 */
+	print_message("notification lost: b8 dialled %lld ms after a line freed\n",
+		      fixture_now_ms() - t1);
+	assert_int_equal(ctl("b7", "stop", k4, st), 200);
+	assert_int_equal(ctl("b8", "stop", k4, st), 200);
+	free(wproc_stub_http(&stub, "/control/end", "{\"org_id\":\"o4\"}"));
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -500,6 +583,8 @@ static int setup(void **state)
 	api_make_key(db, "o1", "k1", k1, NULL);
 	api_make_key(db, "o2", "k2", k2, NULL);
 	api_make_key(db, "o3", "k3", k3, NULL);
+	api_make_org(db, "o4", 2, "c7", "c8", NULL); /* resume_notify_lost's, no batch until then */
+	api_make_key(db, "o4", "k4", k4, NULL);
 	PQclear(api_sql(db, "INSERT INTO batches (id, org_id, campaign_id, status) VALUES"
 			    " ('b1', 'o1', 'c1', 'active'), ('b3', 'o1', 'c3', 'active'),"
 			    " ('b4', 'o1', 'c1', 'active'), ('b2', 'o2', 'c2', 'paused')"));
@@ -555,6 +640,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(control_mid_run),
 		cmocka_unit_test(list_pages),
+		cmocka_unit_test(resume_notify_lost),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
