@@ -180,6 +180,8 @@ void meta_cache_put(struct meta_cache *c, const char *org, const char *campaign,
 
 	if (gen != c->gen)
 		return; /* a notification came while it was read: it may predate the change */
+	if (m->limits_version && m->installs_version != m->floors_version)
+		return; /* the rows and the view of two installs (meta_cache.h) */
 	/* Bounded by entries and by rows (each entry copies its organisation's active set, so an
 	 * organisation of many campaigns polled for each would otherwise grow with their square):
 	 * at worst every campaign is read once more. */

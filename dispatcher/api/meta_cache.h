@@ -53,6 +53,12 @@ struct meta_cache_meta {
 	bool postgres_mode;
 	/* the gate view's versions it was read with (0, 0: not read from a view) */
 	uint64_t limits_version, floors_version;
+	/* fair_share_installs.version the rows were read with (0: none installed). With a view,
+	 * a meta is stored only when this is the view's floors_version: the refresher writes the
+	 * table, then the same version to Redis, so the rows and the view then come from one
+	 * install (an install between the meta read and the view read would otherwise pair the
+	 * old rows with the new versions, and the version check would keep them). */
+	uint64_t installs_version;
 };
 
 /* Creates the cache and registers its LISTENs on pool (before pg_pool_start()). Returns 0,
@@ -68,7 +74,8 @@ uint64_t meta_cache_gen(const struct meta_cache *c);
  * Returns 0, -ENOENT (none, or expired) or -ENOMEM. */
 int meta_cache_get(struct meta_cache *c, const char *org, const char *campaign,
 		   struct meta_cache_meta *out);
-/* Stores a copy of m for (org, campaign) unless gen is no longer meta_cache_gen(). */
+/* Stores a copy of m for (org, campaign) unless gen is no longer meta_cache_gen(), or m was read
+ * from a view (limits_version set) of another floors version than its rows' installs_version. */
 void meta_cache_put(struct meta_cache *c, const char *org, const char *campaign, uint64_t gen,
 		    const struct meta_cache_meta *m);
 void meta_cache_drop(struct meta_cache *c, const char *org, const char *campaign);

@@ -45,10 +45,12 @@
 #define DIRECT_ID    "" /* the direct pseudo-campaign in SQL (fair_share_floors' key) */
 
 /* $1 org, $2 campaign. The requested campaign (want = true) and every campaign with a floor row
- * (the installed active set, capacity.h V1), sorted bytewise like gate_capacity.h's meta. */
+ * (the installed active set, capacity.h V1), sorted bytewise like gate_capacity.h's meta; the
+ * gate mode and the install's version on every row. */
 const char api_sql_capacity_meta[] =
 	"SELECT c.id, c.status::text, c.max_concurrent_calls, coalesce(f.active, false),"
-	" c.id = $2::text, (SELECT gate_mode FROM system_settings)"
+	" c.id = $2::text, (SELECT gate_mode FROM system_settings),"
+	" coalesce((SELECT version FROM fair_share_installs WHERE org_id = $1::text), 0)"
 	" FROM campaigns c LEFT JOIN fair_share_floors f ON f.org_id = $1::text"
 	" AND f.campaign_id = c.id"
 	" WHERE c.org_id = $1::text AND (c.id = $2::text OR c.id IN"
@@ -126,11 +128,12 @@ struct cap {
 	 * with, checked against the view's), or a read under the cache's generation gen. */
 	bool from_cache, stale;
 	uint64_t limits_version, floors_version, gen;
-	int pending;	       /* Redis answers outstanding */
-	bool view_ok;	       /* the gate answered a usable view */
-	int view_rc;	       /* the gate's view could not be computed */
-	const char *source;    /* "gate" or "postgres" */
-	const char *pg_reason; /* why the counts come from PostgreSQL */
+	uint64_t installs_version; /* read with the meta (meta_cache.h) */
+	int pending;		   /* Redis answers outstanding */
+	bool view_ok;		   /* the gate answered a usable view */
+	int view_rc;		   /* the gate's view could not be computed */
+	const char *source;	   /* "gate" or "postgres" */
+	const char *pg_reason;	   /* why the counts come from PostgreSQL */
 	struct capacity_answer a;
 	char why[WHY_SIZE];
 	bool stats_ok;
@@ -552,7 +555,8 @@ static void view_cb(struct gate *g, int status, const struct gate_view *v, void 
 			struct meta_cache_meta mm = { .rows = m->rows,
 						      .n = m->n_meta,
 						      .limits_version = v->limits_version,
-						      .floors_version = v->floors_version };
+						      .floors_version = v->floors_version,
+						      .installs_version = m->installs_version };
 			meta_cache_put(api_meta_cache(m->c->api), m->c->key.org.id, m->id, m->gen,
 				       &mm);
 		}
@@ -651,6 +655,7 @@ static void meta_done(int status, const struct pg_results *r, void *data)
 		if (PQgetvalue(res, i, 4)[0] == 't') {
 			found = true;
 			m->postgres_mode = strcmp(PQgetvalue(res, i, 5), "postgres") == 0;
+			m->installs_version = strtoull(PQgetvalue(res, i, 6), NULL, 10);
 		}
 	}
 	if (meta_link(m, (uint32_t)n)) {

@@ -1,7 +1,8 @@
 /* The capacity route's meta cache (dispatcher/api/meta_cache.h) without a server: its memory is
  * bounded by campaign rows, not only by entries (each entry copies its organisation's active
  * set: 2,000 campaigns polled each once held 2,000 x 2,001 rows, about 300 MB; review finding,
- * issue 10). The pool is made but never started: the cache only registers its LISTENs on it. */
+ * issue 10). A meta and a view of two installs
+ * are not kept. The pool is made but never started: the cache only registers its LISTENs on it. */
 #include "meta_cache.h"
 #include "pg_pool.h"
 
@@ -75,6 +76,36 @@ static void rows_bounded(void **state)
 	assert_int_equal(rows_held(), META_CACHE_ROWS_MAX);
 }
 
+/* A meta read from PostgreSQL under one install (installs_version) and answered with a gate view
+ * of another (floors_version: the refresher installed between the two reads) is not kept: the
+ * version check on later requests would find the view's versions equal and keep the old rows. */
+static void install_between_reads(void **state)
+{
+	struct meta_cache_row row = { .id = "c0", .active = true };
+	struct meta_cache_meta m = { .rows = &row, .n = 1, .limits_version = 4 };
+
+	(void)state;
+	m.installs_version = 6; /* rows of install 6, view of install 7 */
+	m.floors_version = 7;
+	meta_cache_put(mc, "v", "a", meta_cache_gen(mc), &m);
+	assert_false(cached("v", "a"));
+	m.installs_version = 8; /* the table ahead: Redis not yet installed */
+	meta_cache_put(mc, "v", "a", meta_cache_gen(mc), &m);
+	assert_false(cached("v", "a"));
+	m.installs_version = 7; /* one install */
+	meta_cache_put(mc, "v", "b", meta_cache_gen(mc), &m);
+	assert_true(cached("v", "b"));
+	m.installs_version = m.floors_version = 0; /* nothing installed yet, either side */
+	meta_cache_put(mc, "v", "c", meta_cache_gen(mc), &m);
+	assert_true(cached("v", "c"));
+	/* Not read from a view (postgres mode): no versions to compare. */
+	struct meta_cache_meta pm = {
+		.rows = &row, .n = 1, .postgres_mode = true, .installs_version = 9
+	};
+	meta_cache_put(mc, "v", "d", meta_cache_gen(mc), &pm);
+	assert_true(cached("v", "d"));
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -101,6 +132,7 @@ static int teardown(void **state)
 
 int main(void)
 {
-	const struct CMUnitTest tests[] = { cmocka_unit_test(rows_bounded) };
+	const struct CMUnitTest tests[] = { cmocka_unit_test(rows_bounded),
+					    cmocka_unit_test(install_between_reads) };
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
