@@ -674,6 +674,11 @@ int http_response_header(struct http_request *req, const char *name, const char 
 	return http_buf_printf(&req->extra, "%s: %s\r\n", name, value);
 }
 
+void http_response_headers_reset(struct http_request *req)
+{
+	req->extra.len = 0;
+}
+
 /* HEAD answers and 304 carry no body, but the Content-Length of the one they stand for; a
  * 204 carries neither (RFC 9110 §6.4.1, §8.6). */
 /* The Date header every answer carries (RFC 9110 §6.6.1), formatted once a second. */

@@ -303,6 +303,9 @@ const char *http_request_peer(const struct http_request *req);
  * name and value must not contain CR or LF. Returns 0, -EINVAL or -ENOMEM. */
 int http_response_header(struct http_request *req, const char *name, const char *value);
 
+/* Forgets the headers added so far (an answer replaced by another before it was sent). */
+void http_response_headers_reset(struct http_request *req);
+
 /* Completes the request: status, Content-Type (NULL for none) and body (copied; may be NULL
  * with len 0). Content-Length and Connection are added by the server; an HTTP/1.0 request
  * that asked for keep-alive gets "Connection: keep-alive". The body is not sent for HEAD

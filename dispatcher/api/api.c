@@ -52,6 +52,7 @@ struct binding {
 struct key_entry {
 	char hex[2 * APIKEY_HASH_LEN + 1]; /* the map's key */
 	uint64_t expires_ms;		   /* loop time */
+	uint64_t limited_until_ms;	   /* loop time: refused until then (refuse()) */
 	struct api_key_info info;
 };
 
@@ -111,9 +112,12 @@ static void body_release(struct api_call *c)
 	c->body_reserved = 0;
 }
 
+static void held_free(struct api_call *c);
+
 static void call_free(struct api_call *c)
 {
 	body_release(c);
+	held_free(c);
 	OPENSSL_cleanse(c->hash, sizeof(c->hash));
 	free(c);
 }
@@ -132,33 +136,98 @@ static void limit_headers(struct api_call *c)
 	http_response_header(c->req, "X-RateLimit-Reset", v);
 }
 
+static void held_free(struct api_call *c)
+{
+	if (c->has_held) {
+		free(c->held.a);
+		free(c->held.b);
+		c->held = (struct api_held){ 0 };
+		c->has_held = false;
+	}
+}
+
+static void refuse(struct api_call *c);
+
+static void send_answer(struct api_call *c, int status, bool error, const char *a, const void *b,
+			size_t len)
+{
+	limit_headers(c);
+	if (error)
+		http_respond_error(c->req, status, a, b);
+	else
+		http_respond(c->req, status, a, b, len);
+	call_free(c);
+}
+
+/* Every answer of an authenticated request goes out here, with the headers of its rate-limit
+ * decision (R2). Given while that decision is still in flight (a read route, limit_check()),
+ * it is kept (c->held) until the decision comes: sent if allowed, replaced by the 429 if not. */
+static void answer(struct api_call *c, int status, bool error, const char *a, const void *b,
+		   size_t len)
+{
+	if (c->limit_pending) {
+		struct api_held *h = &c->held;
+		*h = (struct api_held){ .status = status, .error = error, .len = len };
+		if (error) /* a message: a string */
+			len = b ? strlen(b) : 0;
+		h->a = a ? strdup(a) : NULL;
+		h->b = malloc(len + 1);
+		if ((a && !h->a) || !h->b) { /* said as a 503 when the decision comes */
+			free(h->a);
+			free(h->b);
+			*h = (struct api_held){ .oom = true };
+		} else {
+			memcpy(h->b, b ? b : "", len);
+			h->b[len] = '\0';
+		}
+		c->has_held = true;
+		return;
+	}
+	if (c->refuse_late) { /* refused while the handler ran: its answer is not sent */
+		c->refuse_late = false;
+		http_response_headers_reset(c->req);
+		refuse(c);
+		return;
+	}
+	send_answer(c, status, error, a, b, len);
+}
+
+/* The decision came for a request whose handler answered already. */
+static void held_send(struct api_call *c)
+{
+	struct api_held h = c->held;
+
+	c->has_held = false;
+	c->held = (struct api_held){ 0 };
+	if (h.oom)
+		send_answer(c, 503, true, "unavailable", "Out of memory; retry shortly.", 0);
+	else
+		send_answer(c, h.status, h.error, h.a, h.b, h.len);
+	free(h.a);
+	free(h.b);
+}
+
 void api_json(struct api_call *c, int status, cJSON *body)
 {
 	char *text = body ? cJSON_PrintUnformatted(body) : NULL;
 
 	cJSON_Delete(body);
-	limit_headers(c);
 	if (!text)
-		http_respond_error(c->req, 500, "internal", "The answer could not be built.");
+		answer(c, 500, true, "internal", "The answer could not be built.", 0);
 	else
-		http_respond(c->req, status, "application/json", text, strlen(text));
+		answer(c, status, false, "application/json", text, strlen(text));
 	free(text);
-	call_free(c);
 }
 
 void api_respond(struct api_call *c, int status, const char *content_type, const void *body,
 		 size_t len)
 {
-	limit_headers(c);
-	http_respond(c->req, status, content_type, body, len);
-	call_free(c);
+	answer(c, status, false, content_type, body, len);
 }
 
 void api_error(struct api_call *c, int status, const char *code, const char *message)
 {
-	limit_headers(c);
-	http_respond_error(c->req, status, code, message);
-	call_free(c);
+	answer(c, status, true, code, message, 0);
 }
 
 void api_error_1300(struct api_call *c, unsigned retry_after_s, const char *message)
@@ -339,20 +408,29 @@ static int64_t wall_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The 429 of a refused decision (R2). The key's cache entry remembers it until the retry time:
+ * no read is started before its decision until then (limit_check()). */
+static void refuse(struct api_call *c)
+{
+	const struct api_options *o = &c->api->o;
+	struct key_entry *e = strmap_get(&c->api->cache, c->hash_hex);
+	char msg[160];
+
+	if (e)
+		e->limited_until_ms = uv_now(o->loop) + (uint64_t)c->limit.retry_after_s * 1000;
+	if (o->on_limited)
+		o->on_limited(ratelimit_bucket_name(c->route->bucket), o->on_limited_data);
+	snprintf(msg, sizeof(msg),
+		 "Rate limit exceeded: %" PRIu32 " requests per minute for this "
+		 "organization. Retry in %" PRIu32 "s.",
+		 c->limit.limit, c->limit.retry_after_s);
+	api_error_1300(c, c->limit.retry_after_s, msg);
+}
+
 static void admitted(struct api_call *c)
 {
 	if (!c->limit.allowed) {
-		const struct api_options *o = &c->api->o;
-		char msg[160];
-
-		if (o->on_limited)
-			o->on_limited(ratelimit_bucket_name(c->route->bucket), o->on_limited_data);
-
-		snprintf(msg, sizeof(msg),
-			 "Rate limit exceeded: %" PRIu32 " requests per minute for this "
-			 "organization. Retry in %" PRIu32 "s.",
-			 c->limit.limit, c->limit.retry_after_s);
-		api_error_1300(c, c->limit.retry_after_s, msg);
+		refuse(c);
 		return;
 	}
 	if (c->route->stream || !c->route->max_body) {
@@ -367,20 +445,53 @@ static void limit_done(const struct ratelimit_result *r, void *data)
 	struct api_call *c = data;
 
 	c->limit = r->d;
-	admitted(c);
+	if (!c->speculative) {
+		admitted(c);
+		return;
+	}
+	c->limit_pending = false;
+	if (c->limit.allowed) {
+		if (c->has_held)
+			held_send(c);
+		return; /* else the handler answers when it is done, as any */
+	}
+	if (c->has_held) {
+		held_free(c);
+		http_response_headers_reset(c->req);
+		refuse(c);
+		return;
+	}
+	c->refuse_late = true; /* the handler's answer becomes the 429 (answer()) */
 }
 
 /* One Redis round trip per request, per organisation and bucket (ratelimit_redis.h); it fails
- * open (R3) when Redis does not answer within its deadline. */
+ * open (R3) when Redis does not answer within its deadline.
+ *
+ * Reads sent with the rate limit (SPEC P7). A read route (GET, no body) starts its handler at
+ * once, with the decision in flight, so that its own reads (the capacity route's gate_read():
+ * Redis again, on the same connection) go out in the same loop turn and come back together,
+ * rather than one round trip after the other. Its answer waits for the decision (answer()):
+ * allowed, it is sent with the decision's headers; refused, the 429 is sent instead and the
+ * answer is dropped, headers included. A read costs nothing to drop, and once a key's
+ * organisation has been refused, its reads wait for the decision until the retry time, so a
+ * client over its limit does not make each 429 cost a read. */
 static void limit_check(struct api_call *c)
 {
-	uint32_t limit = c->key.org.rate.per_minute[c->route->bucket];
+	const struct api_route_def *r = c->route;
+	uint32_t limit = c->key.org.rate.per_minute[r->bucket];
 
-	if (!c->api->rl || ratelimit_redis_check(c->api->rl, c->key.org.id, c->route->bucket, limit,
-						 limit_done, c)) {
+	c->speculative = c->api->rl && !c->no_speculate && !r->max_body && !r->stream &&
+			 strcmp(r->method, "GET") == 0;
+	c->limit_pending = c->speculative;
+	if (!c->api->rl ||
+	    ratelimit_redis_check(c->api->rl, c->key.org.id, r->bucket, limit, limit_done, c)) {
+		c->speculative = c->limit_pending = false;
 		ratelimit_fail_open(limit, wall_ms(), &c->limit);
 		admitted(c);
+		return;
 	}
+	if (c->speculative)
+		r->handler(c);
 }
 
 /* ---- keys (R4) ---- */
@@ -541,6 +652,7 @@ static void authenticate(struct api_call *c)
 	if (e && e->expires_ms > uv_now(a->o.loop)) {
 		a->stats.key_cache_hits++;
 		c->key = e->info;
+		c->no_speculate = e->limited_until_ms > uv_now(a->o.loop);
 		limit_check(c);
 		return;
 	}

@@ -49,6 +49,19 @@ struct api_call {
 	unsigned char hash[APIKEY_HASH_LEN];
 	char hash_hex[2 * APIKEY_HASH_LEN + 1];
 	size_t body_reserved; /* bytes of api_options.body_budget its buffered body holds */
+	/* SPEC P7: a read route's handler runs while its rate-limit decision is in flight
+	 * (api.c, "Reads sent with the rate limit"); its answer waits here for the decision. */
+	bool speculative;  /* the handler was started with the decision in flight */
+	bool no_speculate; /* the key's organisation was refused lately: decision first */
+	bool limit_pending, refuse_late, has_held;
+	struct api_held {
+		int status;
+		bool error; /* http_respond_error(a = code, b = message), else http_respond(a =
+			     * content type or NULL, b = body of len bytes) */
+		bool oom;   /* it could not be copied: a 503 is sent instead */
+		char *a, *b;
+		size_t len;
+	} held;
 };
 
 typedef void (*api_handler)(struct api_call *c);

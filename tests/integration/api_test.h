@@ -113,6 +113,30 @@ static inline void api_make_org(PGconn *db, const char *org, int org_limit, ...)
 	va_end(ap);
 }
 
+/* Waits until GET /readyz on port answers status (200: ready; 503: not, e.g. PostgreSQL down). */
+static inline void api_wait_readyz(int port, int status)
+{
+	long long deadline = fixture_now_ms() + API_WAIT_MS;
+
+	for (;;) {
+		struct raw_response r;
+		int fd = raw_connect(port, 2000), st = 0;
+		if (fd >= 0) {
+			raw_send_str(
+				fd, "GET /readyz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+			if (raw_read_response(fd, &r) == 0) {
+				st = r.status;
+				raw_response_free(&r);
+			}
+			close(fd);
+		}
+		if (st == status)
+			return;
+		assert_true(fixture_now_ms() < deadline);
+		fixture_sleep_ms(50);
+	}
+}
+
 /* Starts `dispatcher run` on a free port with its log in a temporary file; extra environment
  * is whatever the test set before. Waits until /readyz answers 200. */
 static inline void api_worker_start(struct api_worker *w, const char *id)
@@ -137,24 +161,7 @@ static inline void api_worker_start(struct api_worker *w, const char *id)
 	dup2(saved, STDERR_FILENO);
 	close(saved);
 	close(lf);
-	long long deadline = fixture_now_ms() + API_WAIT_MS;
-	for (;;) {
-		struct raw_response r;
-		int fd = raw_connect(w->port, 2000), st = 0;
-		if (fd >= 0) {
-			raw_send_str(
-				fd, "GET /readyz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-			if (raw_read_response(fd, &r) == 0) {
-				st = r.status;
-				raw_response_free(&r);
-			}
-			close(fd);
-		}
-		if (st == 200)
-			return;
-		assert_true(fixture_now_ms() < deadline);
-		fixture_sleep_ms(50);
-	}
+	api_wait_readyz(w->port, 200);
 }
 
 static inline void api_worker_stop(struct api_worker *w)

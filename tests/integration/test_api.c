@@ -274,6 +274,39 @@ static void rate_limited_then_fail_open(void **state)
 	}
 	assert_int_equal(ok, 3);
 	assert_int_equal(refused, 1);
+	/* A read is started with its decision in flight (api.c, "Reads sent with the rate
+	 * limit"); refused, its answer is dropped, headers and all, for the 429. k3 is fresh (its
+	 * cache entry has seen no refusal, so its read starts early) and its read answers at once
+	 * (404: an id that cannot exist), before the decision. */
+	char key3[APIKEY_LEN + 1];
+	int st = 0, retry_afters = 0;
+	for (int attempt = 0; attempt < 2 && st != 429; attempt++) {
+		char name[8];
+		snprintf(name, sizeof(name), "k3-%d", attempt);
+		api_make_key(db, "org-rl", name, key3, NULL);
+		st = api_request(w1.port, "GET", "/api/v1/campaigns/no%20such/capacity", key3, NULL,
+				 NULL, &r);
+		retry_afters = 0;
+		for (const char *p = r.head; (p = strstr(p, "\r\nRetry-After:")); p++)
+			retry_afters++;
+		print_message("refused read answered first: %d, %d Retry-After, %s\n", st,
+			      retry_afters, r.body);
+		if (st == 429)
+			break;
+		assert_int_equal(st, 404); /* the window rolled meanwhile: used up again */
+		raw_response_free(&r);
+		for (int i = 0; i < 4 && st != 429; i++) {
+			st = api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r);
+			raw_response_free(&r);
+		}
+		st = 0;
+	}
+	assert_int_equal(st, 429);
+	assert_int_equal(retry_afters, 1);
+	assert_non_null(strstr(r.body, "\"error\":1300"));
+	assert_non_null(raw_header(&r, "X-RateLimit-Remaining", v, sizeof(v)));
+	assert_string_equal(v, "0");
+	raw_response_free(&r);
 	/* Redis gone: allowed, the full limit shown as remaining (R3). */
 	assert_int_equal(embedded_redis_stop(&svc), 0);
 	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
