@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #define KEY_CACHE_MS_DEFAULT 2000
@@ -628,12 +629,28 @@ static void key_done(int status, const struct pg_results *r, void *data)
 	limit_check(c);
 }
 
+static unsigned authorization_count(const struct http_request *req)
+{
+	unsigned n = 0;
+
+	for (unsigned i = 0; i < http_request_header_count(req); i++) {
+		const char *name, *value;
+		http_request_header_at(req, i, &name, &value);
+		n += strcasecmp(name, "Authorization") == 0;
+	}
+	return n;
+}
+
 static void authenticate(struct api_call *c)
 {
 	struct api *a = c->api;
 	const char *h = http_request_header(c->req, "Authorization");
 	const char *key;
 
+	if (authorization_count(c->req) > 1) { /* which one is meant? neither is guessed */
+		unauthorized(c);
+		return;
+	}
 	if (apikey_parse_bearer(h, h ? strlen(h) : 0, &key) ||
 	    apikey_hash(key, APIKEY_LEN, c->hash)) {
 		unauthorized(c);
@@ -789,6 +806,14 @@ size_t api_routes(struct api *a, struct http_route *out, size_t cap)
 void api_get_stats(const struct api *a, struct api_stats *out)
 {
 	*out = a->stats;
+}
+
+void api_get_limiter_stats(const struct api *a, struct ratelimit_redis_stats *out)
+{
+	if (a->rl)
+		ratelimit_redis_get_stats(a->rl, out);
+	else
+		*out = (struct ratelimit_redis_stats){ 0 };
 }
 
 void api_close(struct api *a)

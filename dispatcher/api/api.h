@@ -146,6 +146,10 @@ struct api_stats {
 };
 void api_get_stats(const struct api *a, struct api_stats *out);
 
+/* The rate limiter's counters (ratelimit_redis.h; all zero without a Redis connection). */
+struct ratelimit_redis_stats;
+void api_get_limiter_stats(const struct api *a, struct ratelimit_redis_stats *out);
+
 /* Closes what the API holds on the loop (the rate limiter: pending checks are answered fail-open)
  * once the HTTP server has closed. The loop must run afterwards. NULL is a no-op; twice too. */
 void api_close(struct api *a);

@@ -98,9 +98,4 @@ int ratelimit_redis_check(struct ratelimit_redis *rl, const char *org, enum rate
 /* The counters. */
 void ratelimit_redis_get_stats(const struct ratelimit_redis *rl, struct ratelimit_redis_stats *out);
 
-/* Writes the counters in Prometheus text format (dsp_ratelimit_checks_total{bucket},
- * dsp_ratelimit_refusals_total{bucket}, dsp_ratelimit_fail_open_total{reason="deadline"|"redis"},
- * dsp_ratelimit_late_replies_total), NUL-terminated. Returns the length as snprintf() does. */
-int ratelimit_redis_metrics(const struct ratelimit_redis_stats *s, char *buf, size_t size);
-
 #endif

@@ -7,6 +7,7 @@
 #include "gate_mode.h"
 #include "log.h"
 #include "metrics.h"
+#include "ratelimit_redis.h"
 #include "reconciler.h"
 #include "select.h"
 #include "worker.h"
@@ -280,13 +281,54 @@ static void c_api_bodies(struct metrics_out *o, void *data)
 }
 /* --- end issue10-f1 --- */
 
+/* The rate limiter (R3: its fail-opens are visible). */
+static void c_limiter(struct metrics_out *o, void *data, int what)
+{
+	struct wmetrics *m = data;
+	struct api *a = worker_api(m->w);
+	struct ratelimit_redis_stats st;
+
+	if (!a)
+		return;
+	api_get_limiter_stats(a, &st);
+	if (what == 0) {
+		for (int b = 0; b < RATELIMIT_BUCKETS; b++)
+			metrics_emit_u64(
+				o,
+				(const char *[]){ ratelimit_bucket_name((enum ratelimit_bucket)b) },
+				st.checks[b]);
+	} else if (what == 1) {
+		metrics_emit_u64(o, (const char *[]){ "deadline" }, st.fail_open_deadline);
+		metrics_emit_u64(o, (const char *[]){ "redis" },
+				 st.fail_opens - st.fail_open_deadline);
+	} else {
+		metrics_emit_u64(o, NULL, st.late_replies);
+	}
+}
+
+static void c_limiter_checks(struct metrics_out *o, void *data)
+{
+	c_limiter(o, data, 0);
+}
+
+static void c_limiter_fail_open(struct metrics_out *o, void *data)
+{
+	c_limiter(o, data, 1);
+}
+
+static void c_limiter_late(struct metrics_out *o, void *data)
+{
+	c_limiter(o, data, 2);
+}
+
 static const char *const
 	l_level[] = { "level" },
 	*const l_class[] = { "class" }, *const l_state[] = { "state" },
 	*const l_action[] = { "action" }, *const l_mode[] = { "mode" }, *const l_org[] = { "org" },
 	*const l_camp[] = { "org", "campaign" }, *const l_agent[] = { "org", "agent" },
 	*const l_http[] = { "listener", "route", "status" }, *const l_bucket[] = { "bucket" },
-	*const l_result[] = { "result" }; /* issue10-f1 */
+	*const l_result[] = { "result" }, /* issue10-f1 */
+		*const l_reason[] = { "reason" };
 
 #define FAM(n, h, t, l, nl, cb)                                                                    \
 	{                                                                                          \
@@ -372,6 +414,16 @@ static const struct metrics_desc families[] = {
 	FAM("dispatcher_ratelimit_refused_total",
 	    "Requests the API rate limiter answered 429, by bucket.", METRICS_COUNTER, l_bucket, 1,
 	    NULL),
+	FAM("dispatcher_ratelimit_checks_total",
+	    "API rate-limit decisions, by bucket (fail-opens included).", METRICS_COUNTER, l_bucket,
+	    1, c_limiter_checks),
+	FAM("dispatcher_ratelimit_fail_open_total",
+	    "Requests allowed because Redis could not answer the rate limiter (R3), by reason: "
+	    "deadline (no reply within it) or redis (connection down, command lost, error).",
+	    METRICS_COUNTER, l_reason, 1, c_limiter_fail_open),
+	FAM("dispatcher_ratelimit_late_replies_total",
+	    "Rate-limiter replies that came after their deadline (the request was allowed).",
+	    METRICS_COUNTER, NULL, 0, c_limiter_late),
 };
 
 int wmetrics_new(struct worker *w, struct wmetrics **out)

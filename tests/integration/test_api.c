@@ -59,8 +59,13 @@ static void unauthorized_same_body(void **state)
 	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
 	raw_response_free(&r);
 
-	char bad_scheme[128], malformed[128];
+	char bad_scheme[128], malformed[128], twice[256], good_first[256];
 	snprintf(bad_scheme, sizeof(bad_scheme), "Authorization: Basic %s", key);
+	/* Two Authorization headers: which is meant is not guessed, even when both are good. */
+	snprintf(twice, sizeof(twice), "Authorization: Bearer %s\r\nAuthorization: Bearer %s", key,
+		 key);
+	snprintf(good_first, sizeof(good_first),
+		 "Authorization: Bearer %s\r\nauthorization: Bearer %s", key, unknown);
 	snprintf(malformed, sizeof(malformed), "Authorization: Bearer %.*sX", APIKEY_LEN - 1, key);
 	const char *cases[] = { NULL,
 				bad_scheme,
@@ -68,7 +73,9 @@ static void unauthorized_same_body(void **state)
 				unknown,
 				revoked,
 				"Authorization: Bearer",
-				"Authorization: Bearer gat_" };
+				"Authorization: Bearer gat_",
+				twice,
+				good_first };
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char v[64];
 
@@ -231,6 +238,44 @@ static void role_worker_has_no_api(void **state)
 	unsetenv("DISPATCHER_ROLE");
 }
 
+#define TOKEN "op-token-f1"
+
+/* Starts w1 with its operator listener (for /metrics); returns the operator port. */
+static int start_with_metrics(const char *id)
+{
+	char env[64];
+	int op = api_free_port();
+
+	snprintf(env, sizeof(env), "127.0.0.1:%d", op);
+	setenv("DISPATCHER_OPERATOR_LISTEN", env, 1);
+	setenv("DISPATCHER_ADMIN_TOKEN", TOKEN, 1);
+	api_worker_start(&w1, id);
+	unsetenv("DISPATCHER_OPERATOR_LISTEN");
+	return op;
+}
+
+/* The value of series on the operator listener's /metrics (-1 when absent). */
+static double metric(int op, const char *series)
+{
+	struct raw_response r;
+	size_t n = strlen(series);
+	double v = -1;
+	int fd = raw_connect(op, API_WAIT_MS);
+
+	assert_true(fd >= 0);
+	assert_int_equal(raw_send_str(fd, "GET /metrics HTTP/1.1\r\nHost: t\r\nAuthorization: "
+					  "Bearer " TOKEN "\r\nConnection: close\r\n\r\n"),
+			 0);
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	close(fd);
+	assert_int_equal(r.status, 200);
+	for (const char *p = r.body; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+		if (strncmp(p, series, n) == 0 && p[n] == ' ')
+			v = strtod(p + n + 1, NULL);
+	raw_response_free(&r);
+	return v;
+}
+
 /* R1-R3 through the API: the org's own limit, the 429 body and headers, then fail-open. */
 static void rate_limited_then_fail_open(void **state)
 {
@@ -243,7 +288,7 @@ static void rate_limited_then_fail_open(void **state)
 			    "WHERE id = 'org-rl'"));
 	api_make_key(db, "org-rl", "k1", key, NULL);
 	api_make_key(db, "org-rl", "k2", key2, NULL); /* same org: same counter (R1) */
-	api_worker_start(&w1, "api-rl");
+	int op = start_with_metrics("api-rl");
 	int ok = 0, refused = 0;
 	/* The window may roll between requests (then more get through): at most 2 rolls. */
 	for (int i = 0; i < 4 && !refused; i++) {
@@ -313,46 +358,11 @@ static void rate_limited_then_fail_open(void **state)
 	assert_non_null(raw_header(&r, "X-RateLimit-Remaining", v, sizeof(v)));
 	assert_string_equal(v, "3");
 	raw_response_free(&r);
+	/* and counted where an operator sees it */
+	assert_true(metric(op, "dispatcher_ratelimit_fail_open_total{reason=\"redis\"}") >= 1);
+	assert_true(metric(op, "dispatcher_ratelimit_checks_total{bucket=\"default\"}") >= 5);
 	assert_int_equal(embedded_redis_start(&svc), 0);
 	api_worker_stop(&w1);
-}
-
-#define TOKEN "op-token-f1"
-
-/* Starts w1 with its operator listener (for /metrics); returns the operator port. */
-static int start_with_metrics(const char *id)
-{
-	char env[64];
-	int op = api_free_port();
-
-	snprintf(env, sizeof(env), "127.0.0.1:%d", op);
-	setenv("DISPATCHER_OPERATOR_LISTEN", env, 1);
-	setenv("DISPATCHER_ADMIN_TOKEN", TOKEN, 1);
-	api_worker_start(&w1, id);
-	unsetenv("DISPATCHER_OPERATOR_LISTEN");
-	return op;
-}
-
-/* The value of series on the operator listener's /metrics (-1 when absent). */
-static double metric(int op, const char *series)
-{
-	struct raw_response r;
-	size_t n = strlen(series);
-	double v = -1;
-	int fd = raw_connect(op, API_WAIT_MS);
-
-	assert_true(fd >= 0);
-	assert_int_equal(raw_send_str(fd, "GET /metrics HTTP/1.1\r\nHost: t\r\nAuthorization: "
-					  "Bearer " TOKEN "\r\nConnection: close\r\n\r\n"),
-			 0);
-	assert_int_equal(raw_read_response(fd, &r), 0);
-	close(fd);
-	assert_int_equal(r.status, 200);
-	for (const char *p = r.body; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-		if (strncmp(p, series, n) == 0 && p[n] == ' ')
-			v = strtod(p + n + 1, NULL);
-	raw_response_free(&r);
-	return v;
 }
 
 #define LOOKUPS "dispatcher_api_auth_total{result=\"lookup\"}"

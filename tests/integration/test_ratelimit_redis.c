@@ -523,7 +523,6 @@ static void limits_below_at_above(void **state)
 	{
 		struct ratelimit_redis_stats st;
 		struct redis_script_calls calls;
-		char buf[2048];
 
 		ratelimit_redis_get_stats(e.rl, &st);
 		assert_int_equal(st.checks[RATELIMIT_CALLS_CREATE], 601);
@@ -534,12 +533,6 @@ static void limits_below_at_above(void **state)
 		assert_int_equal(redis_scripts_calls(e.reg, "ratelimit.lua", &calls), 0);
 		assert_int_equal(calls.calls, 601 + 601 + 1001);
 		assert_int_equal(calls.retries, 0);
-		assert_true(ratelimit_redis_metrics(&st, buf, sizeof(buf)) < (int)sizeof(buf));
-		assert_non_null(
-			strstr(buf, "dsp_ratelimit_refusals_total{bucket=\"calls.create\"} 1\n"));
-		assert_non_null(
-			strstr(buf, "dsp_ratelimit_checks_total{bucket=\"default\"} 1001\n"));
-		assert_non_null(strstr(buf, "dsp_ratelimit_fail_open_total{reason=\"redis\"} 0\n"));
 	}
 	env_close(&e);
 }
