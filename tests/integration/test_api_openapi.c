@@ -4,12 +4,12 @@
  *  - openapi_served_without_a_key: GET /openapi.json answers 200 application/json without a key
  *    (and with a bad one: the route is public), no X-RateLimit-* headers, and a body equal byte
  *    for byte to dispatcher/api/openapi.json.
- *  - every other test requests the routes for real and checks each JSON answer against the
+ *  - the other tests request the routes for real and checks each JSON answer against the
  *    schema the document gives for that route and status (tests/openapi_validate.h: types with
  *    null, required, properties, additionalProperties, items, enum, const, local $refs); a status
  *    the document does not declare fails too:
  *      account: GET /v2/user/me 200, 401 (no key, a bad key), 429 (error 1300, rate limit);
- *      batches: POST /v2/batches 201, 400, 404, 415, 422 (rows named); upload 201, 422 (rows
+ *      batches: POST /v2/batches 201, 400, 404, 409, 415, 422 (rows named); upload 201, 422 (rows
  *        named); GET /v2/batches 200 (pages, has_more), 400; GET one 200, 404; pause, resume,
  *        stop 200, 409;
  *      calls: POST /v2/calls 201, 400, 404, 413, 422, 429 (concurrency, error 1300); GET
@@ -153,6 +153,8 @@ static void batches(void **state)
 	check("POST", B, B, ko, NULL,
 	      "{\"campaign_id\":\"nope\",\"contacts\":[{\"phone\":\"+14155550100\"}]}", 404);
 	check("POST", B, B, ko, "text/plain", "phone\n+14155550100\n", 415);
+	check("POST", B, B, ko, NULL,
+	      "{\"campaign_id\":\"oo-stopped\",\"contacts\":[{\"phone\":\"+14155550100\"}]}", 409);
 	j = answer("POST", B, B, ko, NULL,
 		   "{\"campaign_id\":\"oo-c1\",\"contacts\":[{\"phone\":\"+14155550100\"},"
 		   "{\"phone\":\"nope\"}]}",
@@ -368,7 +370,8 @@ static int setup(void **state)
 	db = fixture_pg(&svc);
 	curl_global_init(CURL_GLOBAL_DEFAULT);
 	/* oo: 1 line, a batch of SQL with its ended call (a batch's call in the lists) */
-	api_make_org(db, "oo", 1, "oo-c1", NULL);
+	api_make_org(db, "oo", 1, "oo-c1", "oo-stopped", NULL);
+	PQclear(api_sql(db, "UPDATE campaigns SET status = 'stopped' WHERE id = 'oo-stopped'"));
 	PQclear(api_sql(db, "INSERT INTO batches (id, org_id, campaign_id, name, total_contacts)"
 			    " VALUES ('b-sql', 'oo', 'oo-c1', 'sql', 1)"));
 	PQclear(api_sql(db,
