@@ -63,9 +63,8 @@ static inline bool oav_is_type(const cJSON *v, const char *t)
 	return false;
 }
 
-__attribute__((format(printf, 4, 5))) static inline int oav_fail(char *err, size_t size,
-								   const char *path,
-								   const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) static inline int
+oav_fail(char *err, size_t size, const char *path, const char *fmt, ...)
 {
 	char what[256];
 	va_list ap;
@@ -166,7 +165,8 @@ static inline int oav_check(const cJSON *doc, const cJSON *s, const cJSON *v, co
 			if (oav_check(doc, ps, x, sub, err, size))
 				return -1;
 		} else if (cJSON_IsFalse(extra) || (!extra && props)) {
-			return oav_fail(err, size, path, "property %s not in the schema", x->string);
+			return oav_fail(err, size, path, "property %s not in the schema",
+					x->string);
 		} else if (cJSON_IsObject(extra) && oav_check(doc, extra, x, sub, err, size)) {
 			return -1;
 		}

@@ -61,31 +61,45 @@ static char *read_file(const char *path, size_t *len)
 	return buf;
 }
 
-/* One request (key as api_request() takes it) that must answer status with a JSON body the
- * document's schema for (method, tmpl, status) accepts. Returns the body (cJSON_Delete() it). */
-static cJSON *answer(const char *method, const char *tmpl, const char *path, const char *key,
-		     const char *ctype, const char *body, int status)
+/* One request (key as api_request() takes it) whose JSON answer must match the document's
+ * schema for (method, tmpl, its status); a status the document does not declare fails. Returns
+ * the status, the body in *out (cJSON_Delete() it). */
+static int request(const char *method, const char *tmpl, const char *path, const char *key,
+		   const char *ctype, const char *body, cJSON **out)
 {
 	struct raw_response r;
 	char m[16], err[768];
 	size_t i = 0;
 	int st = api_request(w1.port, method, path, key, ctype, body, &r);
 
-	if (st != status)
-		fail_msg("%s %s: %d %s (wanted %d)", method, path, st, r.body, status);
 	for (; method[i] && i + 1 < sizeof(m); i++)
 		m[i] = (char)(method[i] | 0x20);
 	m[i] = 0;
-	const cJSON *s = oav_response_schema(doc, m, tmpl, status);
+	const cJSON *s = oav_response_schema(doc, m, tmpl, st);
 	if (!s)
-		fail_msg("%s %s: the document declares no application/json %d", method, tmpl,
-			 status);
+		fail_msg("%s %s: %d %s: the document declares no application/json %d", method, path,
+			 st, r.body, st);
 	cJSON *j = api_body(&r);
 	if (oav_check(doc, s, j, "$", err, sizeof(err)))
 		fail_msg("%s %s -> %d does not match openapi.json: %s\n  body: %s", method, path,
-			 status, err, r.body);
+			 st, err, r.body);
 	raw_response_free(&r);
 	checked++;
+	*out = j;
+	return st;
+}
+
+/* request() that must answer status. */
+static cJSON *answer(const char *method, const char *tmpl, const char *path, const char *key,
+		     const char *ctype, const char *body, int status)
+{
+	cJSON *j;
+	int st = request(method, tmpl, path, key, ctype, body, &j);
+
+	if (st != status) {
+		char *text = cJSON_PrintUnformatted(j);
+		fail_msg("%s %s: %d %s (wanted %d)", method, path, st, text, status);
+	}
 	return j;
 }
 
@@ -129,11 +143,18 @@ static void account(void **state)
 	check("GET", "/v2/user/me", "/v2/user/me", NULL, NULL, NULL, 401);
 	check("GET", "/v2/user/me", "/v2/user/me", "Authorization: Bearer gat_nope", NULL, NULL,
 	      401);
-	/* kr's organisation has 1 request a minute in the default bucket */
-	check("GET", "/v2/user/me", "/v2/user/me", kr, NULL, NULL, 200);
-	cJSON *j = answer("GET", "/v2/user/me", "/v2/user/me", kr, NULL, NULL, 429);
-	assert_int_equal((int)api_num(j, "error"), 1300);
-	cJSON_Delete(j);
+	/* kr's organisation has 1 request a minute in the default bucket: refused by the third
+	 * request at the latest (the second may fall just past a window's end) */
+	int st = 200, n = 0;
+	while (st == 200) {
+		cJSON *j;
+		assert_true(n++ < 3);
+		st = request("GET", "/v2/user/me", "/v2/user/me", kr, NULL, NULL, &j);
+		if (st == 429)
+			assert_int_equal((int)api_num(j, "error"), 1300);
+		cJSON_Delete(j);
+	}
+	assert_int_equal(st, 429);
 }
 
 static void batches(void **state)
