@@ -15,7 +15,12 @@
  *  - checker_catches_drift: the same checks fail on a document missing a route, on one listing
  *    a route no router serves, on a keyed operation without bearerAuth or its X-RateLimit
  *    headers, and on a route table with a route the document lacks.
+ *  - examples_match_schemas: every example the document gives (a media type's `example` and
+ *    `examples`, a component schema's `example`) matches its schema (tests/openapi_validate.h,
+ *    the check tests/integration/test_api_openapi.c holds real answers to); a broken one is
+ *    caught.
  */
+#include "../openapi_validate.h"
 #include "api_int.h"
 #include "worker.h"
 
@@ -484,12 +489,88 @@ static void checker_catches_drift(void **state)
 	cJSON_Delete(doc);
 }
 
+/* Checks every example under node against its schema; returns how many do not match. */
+static int examples_under(const cJSON *doc, const cJSON *node, const char *where)
+{
+	const cJSON *schema = cJSON_GetObjectItemCaseSensitive(node, "schema"), *x, *c;
+	char err[512], sub[512];
+	int bad = 0;
+
+	if (!cJSON_IsObject(node) && !cJSON_IsArray(node))
+		return 0;
+	if (cJSON_IsObject(schema) && (x = cJSON_GetObjectItemCaseSensitive(node, "example")) &&
+	    oav_check(doc, schema, x, "$", err, sizeof(err))) {
+		problem("%s: example: %s", where, err);
+		bad++;
+	}
+	cJSON_ArrayForEach(x, (cJSON_IsObject(schema)
+				       ? cJSON_GetObjectItemCaseSensitive(node, "examples")
+				       : NULL))
+	{
+		if (oav_check(doc, schema, cJSON_GetObjectItemCaseSensitive(x, "value"), "$", err,
+			      sizeof(err))) {
+			problem("%s: examples.%s: %s", where, x->string, err);
+			bad++;
+		}
+	}
+	cJSON_ArrayForEach(c, node)
+	{
+		if (c->string && (!strcmp(c->string, "example") || !strcmp(c->string, "examples")))
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", where, c->string ? c->string : "[]");
+		bad += examples_under(doc, c, sub);
+	}
+	return bad;
+}
+
+static int examples_check(const cJSON *doc)
+{
+	const cJSON *s, *x;
+	char err[512];
+	int bad = examples_under(doc, cJSON_GetObjectItemCaseSensitive(doc, "paths"), "paths");
+
+	cJSON_ArrayForEach(s,
+			   cJSON_GetObjectItemCaseSensitive(
+				   cJSON_GetObjectItemCaseSensitive(doc, "components"), "schemas"))
+	{
+		if ((x = cJSON_GetObjectItemCaseSensitive(s, "example")) &&
+		    oav_check(doc, s, x, "$", err, sizeof(err))) {
+			problem("components/schemas/%s: example: %s", s->string, err);
+			bad++;
+		}
+	}
+	bad += examples_under(
+		doc,
+		cJSON_GetObjectItemCaseSensitive(
+			cJSON_GetObjectItemCaseSensitive(doc, "components"), "responses"),
+		"components/responses");
+	return bad;
+}
+
+static void examples_match_schemas(void **state)
+{
+	cJSON *doc = load_embedded();
+
+	(void)state;
+	problems = 0;
+	assert_int_equal(examples_check(doc), 0);
+	/* a broken example is caught: the capacity example without its source */
+	cJSON *ex =
+		(cJSON *)oav_resolve(doc, "#/paths/~1api~1v1~1campaigns~1{campaign_id}~1capacity"
+					  "/get/responses/200/content/application~1json/example");
+	assert_non_null(cJSON_GetObjectItemCaseSensitive(ex, "source"));
+	cJSON_DeleteItemFromObjectCaseSensitive(ex, "source");
+	assert_int_equal(examples_check(doc), 1);
+	cJSON_Delete(doc);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(document_is_openapi_3_1),
 		cmocka_unit_test(paths_equal_routes),
 		cmocka_unit_test(checker_catches_drift),
+		cmocka_unit_test(examples_match_schemas),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
