@@ -24,6 +24,7 @@
  */
 #include "api_int.h"
 
+#include "batch_body.h"
 #include "ident.h"
 #include "query.h"
 #include "pg_pool.h"
@@ -37,6 +38,9 @@
 
 #define LIST_LIMIT_DEFAULT 50
 #define LIST_LIMIT_MAX	   100
+/* stop / pause / resume take no body, but an empty JSON object ("{}", what many clients send
+ * with a JSON POST) is accepted: up to this many bytes are read, past it the server's 413. */
+#define CONTROL_BODY_MAX 4096
 
 /* The derived status of batch b (see the top). */
 #define SQL_STATUS                                                                                 \
@@ -286,8 +290,16 @@ static void control(struct api_call *c, enum ctl k)
 	struct ctl_req *q;
 	int rc;
 
+	size_t len;
+	const char *body = http_request_body(c->req, &len);
+	char msg[256];
+
 	if (!ident_ok(id)) {
 		api_not_found(c, "batch", id ? id : "");
+		return;
+	}
+	if ((rc = batch_body_control(body, len, msg, sizeof(msg)))) { /* none, or {} */
+		api_error(c, rc, rc == 400 ? "bad_request" : "invalid_request", msg);
 		return;
 	}
 	if (!(q = calloc(1, sizeof(*q)))) {
@@ -465,16 +477,19 @@ const struct api_route_def api_routes_batches[] = {
 	  .summary = "One batch and its progress." },
 	{ .method = "POST",
 	  .pattern = "/v2/batches/{batch_id}/stop",
+	  .max_body = CONTROL_BODY_MAX,
 	  .bucket = RATELIMIT_DEFAULT,
 	  .handler = stop_batch,
 	  .summary = "Stops a batch: nothing more is dialled; calls in flight finish." },
 	{ .method = "POST",
 	  .pattern = "/v2/batches/{batch_id}/pause",
+	  .max_body = CONTROL_BODY_MAX,
 	  .bucket = RATELIMIT_DEFAULT,
 	  .handler = pause_batch,
 	  .summary = "Pauses a batch." },
 	{ .method = "POST",
 	  .pattern = "/v2/batches/{batch_id}/resume",
+	  .max_body = CONTROL_BODY_MAX,
 	  .bucket = RATELIMIT_DEFAULT,
 	  .handler = resume_batch,
 	  .summary = "Resumes a paused batch." },
