@@ -4,7 +4,8 @@
  * Read (GET /v2/batches, GET /v2/batches/{batch_id}) and control (stop / pause / resume) are
  * here; every statement names the key's organisation, so another organisation's batch is 404.
  *
- * Control is one statement per request: the batch row locked, its status moved, and its
+ * Control takes no body, or an empty JSON object (batch_body_control(): what a JSON client sends
+ * with a POST), checked before anything else. Control is one statement per request: the batch row locked, its status moved, and its
  * undialled contacts moved in the same transaction through contacts_batch_state_idx — pause:
  * pending -> held; resume: held -> pending; stop: pending and held -> cancelled. Contacts a
  * worker has claimed are the worker's: migration 0015 NOTIFYs every worker at commit and each
