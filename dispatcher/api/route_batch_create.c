@@ -684,8 +684,8 @@ void api_batch_upload(struct api_call *c)
 	bool multipart = strcmp(mt, "multipart/form-data") == 0;
 	if (!multipart && strcmp(mt, "text/csv") != 0 && strcmp(mt, "application/csv") != 0) {
 		api_error(c, 415, "unsupported_media_type",
-			  "Only .csv files are accepted: send multipart/form-data with a .csv file "
-			  "part of type text/csv, or a text/csv body.");
+			  "Only .csv files are accepted: send multipart/form-data with a file part "
+			  "named *.csv, or a text/csv (or application/csv) body.");
 		return;
 	}
 	if (!(u = calloc(1, sizeof(*u)))) {
