@@ -125,6 +125,9 @@ static bool key_is(const char *b, const struct member *m, const char *name)
 	return eq;
 }
 
+/* A contact's number: one of these members (the CSV header's phone column names). */
+static const char *const phone_names[] = { "phone", "phone_number", "to_number" };
+
 /* The first pass's check of one contact (index i, text b[s..e)). */
 static void check_contact(struct batch_body *p, size_t s, size_t e, uint64_t i)
 {
@@ -144,15 +147,30 @@ static void check_contact(struct batch_body *p, size_t s, size_t e, uint64_t i)
 		refuse(p, 400, "contacts[%llu] (from byte %zu): %s", (unsigned long long)i, s, msg);
 		return;
 	}
-	const cJSON *phone = cJSON_GetObjectItemCaseSensitive(j, "phone");
-	const cJSON *vars = cJSON_GetObjectItemCaseSensitive(j, "variables");
+	const cJSON *phone = NULL, *vars = cJSON_GetObjectItemCaseSensitive(j, "variables");
+	const char *pname = phone_names[0], *other = NULL;
+	for (size_t n = 0; n < sizeof(phone_names) / sizeof(phone_names[0]); n++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, phone_names[n]);
+		if (v && phone && !other)
+			other = phone_names[n];
+		else if (v && !phone)
+			phone = v, pname = phone_names[n];
+	}
 	if (!cJSON_IsObject(j))
 		refuse(p, 422, "field contacts[%llu] must be an object", (unsigned long long)i);
 	else if (!phone)
-		refuse(p, 422, "field contacts[%llu].phone is missing", (unsigned long long)i);
-	else if (!cJSON_IsString(phone))
-		refuse(p, 422, "field contacts[%llu].phone must be a string",
+		refuse(p, 422,
+		       "field contacts[%llu].phone is missing (the number may also be named "
+		       "phone_number or to_number)",
 		       (unsigned long long)i);
+	else if (other)
+		refuse(p, 422,
+		       "field contacts[%llu] has both %s and %s: give the number once, under "
+		       "one of phone, phone_number, to_number",
+		       (unsigned long long)i, pname, other);
+	else if (!cJSON_IsString(phone))
+		refuse(p, 422, "field contacts[%llu].%s must be a string", (unsigned long long)i,
+		       pname);
 	else if (vars && !cJSON_IsNull(vars) && !cJSON_IsObject(vars))
 		refuse(p, 422, "field contacts[%llu].variables must be an object",
 		       (unsigned long long)i);
@@ -241,9 +259,14 @@ static void check_member(struct batch_body *p, const struct member *m)
 		p->have_cid = n >= 0;
 		p->campaign_id_len = n >= 0 ? (size_t)n : 0;
 	} else if (strcmp(key, "name") == 0 && b[m->val] != 'n') { /* null: no name */
+		char why[64];
+		const char *fault;
 		long n = string_field(p, m->val, m->val_end, "name", p->name, sizeof(p->name));
 		if (n > BATCH_BODY_NAME_MAX)
 			refuse(p, 422, "field name is longer than %d bytes", BATCH_BODY_NAME_MAX);
+		else if (n >= 0 &&
+			 (fault = batch_body_name_fault(p->name, (size_t)n, why, sizeof(why))))
+			refuse(p, 422, "field name %s", fault);
 		p->has_name = n >= 0;
 	} else { /* another field (or a null name): checked as JSON, ignored */
 		cJSON *v = json_strict_parse(b + m->val, m->val_end - m->val, msg, sizeof(msg));
@@ -332,7 +355,8 @@ int batch_body_next(struct batch_body_walk *w, struct batch_body_contact *c)
 		.b = b, .len = m.val_end, .pos = m.val + 1, .first = true, .close = '}'
 	};
 	while (walk_next(&o, &f) == 1) {
-		if (key_is(b, &f, "phone")) {
+		if (key_is(b, &f, phone_names[0]) || key_is(b, &f, phone_names[1]) ||
+		    key_is(b, &f, phone_names[2])) { /* one of them: the first pass saw to it */
 			c->phone = b + f.val + 1;
 			c->phone_len = f.val_end - f.val - 2;
 			if (memchr(c->phone, '\\', c->phone_len)) { /* escapes: decoded */
@@ -354,4 +378,44 @@ void batch_body_contact_deinit(struct batch_body_contact *c)
 {
 	cJSON_Delete(c->decoded);
 	c->decoded = NULL;
+}
+
+const char *batch_body_name_fault(const char *name, size_t len, char *buf, size_t cap)
+{
+	if (len > BATCH_BODY_NAME_MAX) {
+		snprintf(buf, cap, "is longer than %d bytes", BATCH_BODY_NAME_MAX);
+		return buf;
+	}
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f) {
+			snprintf(buf, cap, "contains a control character (byte %zu)", i);
+			return buf;
+		}
+	return NULL;
+}
+
+int batch_body_control(const char *body, size_t len, char *msg, size_t cap)
+{
+	char err[JSON_STRICT_ERR];
+	cJSON *j;
+
+	if (skip_ws(body, len, 0) == len)
+		return 0;
+	if (!(j = json_strict_parse(body, len, err, sizeof(err))) || !cJSON_IsObject(j)) {
+		snprintf(msg, cap,
+			 "This route takes no body: send none, or the empty JSON object {} (%s).",
+			 j ? "the body is JSON but not an object" : err);
+		cJSON_Delete(j);
+		return 400;
+	}
+	int rc = 0;
+	if (j->child) {
+		snprintf(msg, cap,
+			 "field %.64s is not a field of this route: it takes no body; send none, "
+			 "or the empty JSON object {}.",
+			 j->child->string[0] ? j->child->string : "\"\"");
+		rc = 422;
+	}
+	cJSON_Delete(j);
+	return rc;
 }

@@ -3,6 +3,8 @@
  * (tests/fuzz/fuzz_batch_body.c) without a server, a loop or a database.
  *
  * The body {"campaign_id", "name"?, "contacts": [{"phone", "variables"?}, ...]} is read twice
+ * (a contact's phone may also be named phone_number or to_number, the CSV header's names: one
+ * of the three per contact)
  * without ever building its whole tree:
  *   - the first pass (batch_body_init(), then batch_body_check() in slices of a budget of
  *     contacts or BATCH_BODY_SLICE_BYTES of text, a contact or field too long refused by its
@@ -98,5 +100,20 @@ int batch_body_next(struct batch_body_walk *w, struct batch_body_contact *c);
 
 /* Frees what c owns. */
 void batch_body_contact_deinit(struct batch_body_contact *c);
+
+/* What is wrong with a batch's name (name, len bytes; as given in JSON, a query parameter, a
+ * form field, or taken from the file's name): NULL when nothing, else the end of a sentence
+ * that starts with the field ("is longer than 200 bytes", "contains a control character (byte
+ * 3)"): as dispatcher admin's names, no C0 control character nor DEL. Its UTF-8 is the
+ * importer's to judge (batch_import_new()). */
+const char *batch_body_name_fault(const char *name, size_t len, char *buf, size_t cap);
+
+/* The body of POST /v2/batches/{batch_id}/stop|pause|resume, which takes none (body, len
+ * bytes, need not be NUL-terminated): empty or white space, or a JSON object without members
+ * ("{}": what requests.post(url, json={}) sends). Returns 0; 400 when it is anything else but
+ * an object with members (msg says the route takes no body); 422 for an object with members
+ * (msg names the first: no member is defined, and one silently ignored would hide a client's
+ * mistake). */
+int batch_body_control(const char *body, size_t len, char *msg, size_t cap);
 
 #endif

@@ -341,9 +341,9 @@ static void bad_message(struct batch_import *imp)
 	imp->status = BATCH_IMPORT_INVALID;
 	imp->error = "invalid_contacts";
 	snprintf(imp->message, sizeof(imp->message),
-		 "%s of %s %s %s invalid: %s. %s %" PRIu64 "%s: %s. Nothing was imported.",
+		 "%s of %s %s %s invalid: %s. %s%" PRIu64 "%s: %s. Nothing was imported.",
 		 thousands(imp->bad, a), thousands(imp->rows, b), what, imp->bad > 1 ? "are" : "is",
-		 list, csv ? "Row" : "contacts[", first->row, csv ? "" : "]", first->reason);
+		 list, csv ? "Row " : "contacts[", first->row, csv ? "" : "]", first->reason);
 }
 
 /* --- CSV --- */
@@ -435,7 +435,8 @@ static void csv_row(struct batch_import *imp, const struct csv_record *rec)
 
 	imp->rows++;
 	if (rec->n_fields != imp->ncols) {
-		note_bad(imp, rec->row, "%u fields; the header has %u", rec->n_fields, imp->ncols);
+		note_bad(imp, rec->row, "%u field%s; the header has %u", rec->n_fields,
+			 rec->n_fields == 1 ? "" : "s", imp->ncols);
 		return;
 	}
 	const struct csv_field *ph = &rec->field[imp->phone_col];

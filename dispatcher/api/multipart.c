@@ -87,7 +87,10 @@ bool multipart_param(const char *value, const char *name, char *out, size_t size
 		size_t o = 0;
 		if (*v == '"') {
 			for (v++; *v && *v != '"'; v++) {
-				if (*v == '\\' && v[1])
+				/* An escape only before '"' or '\\': a browser that sends the file's
+				 * Windows path sends its backslashes as they are (as Go's
+				 * mime.ParseMediaType reads them). */
+				if (*v == '\\' && (v[1] == '"' || v[1] == '\\'))
 					v++;
 				if (match && o + 1 < size)
 					out[o++] = *v;

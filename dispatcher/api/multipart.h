@@ -16,7 +16,9 @@
  *   Transport padding (spaces, tabs) may follow a boundary before its CRLF.
  * - A part starts with header lines ending in an empty line (CRLF only; no folding), at most
  *   MULTIPART_HEADERS_MAX bytes. Content-Disposition must be form-data with a name; its
- *   filename, when there is one, is kept (without path: whatever follows the last '/' or '\').
+ *   filename, when there is one, is kept (without path: whatever follows the last '/' or '\';
+ *   in a quoted value a backslash escapes only '"' and '\', so C:\Users\x\a.csv as old
+ *   browsers send it, unescaped, is a.csv).
  *   Content-Type is kept as sent (parameters included). Other headers are ignored.
  * - The boundary (1 to 70 characters of RFC 2046's bchars, not ending with a space) is refused
  *   by multipart_init() otherwise (-EINVAL). A CR never occurs in it, which is what lets the

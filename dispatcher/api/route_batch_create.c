@@ -9,7 +9,8 @@
  * pausing when the importer says so. Memory: the body, plus one contact's tree at a time. Both
  * passes are batch_body.h's (no I/O, fuzzed); this file slices the first over loop turns.
  *
- * CSV: multipart/form-data (a file part named *.csv of type text/csv) or a raw text/csv body,
+ * CSV: multipart/form-data (a file part named *.csv, of type text/csv or another a CSV file is
+ * sent with: csv_part_type()) or a raw text/csv body,
  * parsed as it arrives (multipart.h) and fed to batch_import_feed(), pausing when it says so.
  *
  * Each import holds a pool connection for its whole length: at most imports_cap() run at once
@@ -117,19 +118,6 @@ static void answer_new_failed(struct api_call *c, int rc)
 		api_db_error(c, rc, "the batch import");
 }
 
-static void error_fmt(struct api_call *c, int status, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void error_fmt(struct api_call *c, int status, const char *code, const char *fmt, ...)
-{
-	char msg[320];
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	api_error(c, status, code, msg);
-}
-
 /* A request the server has finished itself (a streamed body's failure: the client went away,
  * a 413 or 408 it answered): freed without answering, as api.c frees an answered one. */
 static void call_drop(struct api_call *c)
@@ -157,6 +145,40 @@ static bool ends_with_csv(const char *name)
 	size_t n = strlen(name);
 
 	return n > 4 && strcasecmp(name + n - 4, ".csv") == 0;
+}
+
+/* The types a .csv file part comes with (mt lower-cased, "" when the part has none): curl -F
+ * sends application/octet-stream, Windows browsers application/vnd.ms-excel, some text/plain.
+ * The file's name is what says it is CSV; the type only keeps out what is plainly another. */
+#define CSV_PART_TYPES                                                                             \
+	"text/csv, application/csv, text/plain, application/vnd.ms-excel, "                        \
+	"application/octet-stream or none"
+static bool csv_part_type(const char *mt)
+{
+	static const char *const ok[] = { "",
+					  "text/csv",
+					  "application/csv",
+					  "text/plain",
+					  "application/vnd.ms-excel",
+					  "application/octet-stream" };
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		if (strcmp(mt, ok[i]) == 0)
+			return true;
+	return false;
+}
+
+/* Whether the batch's name (given or from the file) may be used; else the 422 is written into
+ * msg (cap bytes). from_file: the name was taken from the file's. */
+static bool name_usable(const char *name, bool from_file, char *msg, size_t cap)
+{
+	char why[64];
+	const char *fault = batch_body_name_fault(name, strlen(name), why, sizeof(why));
+
+	if (fault)
+		snprintf(msg, cap, "field name %s%s", fault,
+			 from_file ? " (taken from the file's name: give a name)" : "");
+	return !fault;
 }
 
 /* ==== JSON: POST /v2/batches ==== */
@@ -337,7 +359,7 @@ struct upload {
 	size_t flen;
 	int cb_status; /* a callback's answer that stopped the multipart parser */
 	const char *cb_code;
-	char cb_msg[256];
+	char cb_msg[320];
 	char *pending; /* input taken from the server but not yet parsed (paused) */
 	size_t pending_len, pending_cap;
 	int slot; /* the import slot taken (slot_take()) */
@@ -370,7 +392,7 @@ static void upload_fail(struct upload *u, int status, const char *code, const ch
 	__attribute__((format(printf, 4, 5)));
 static void upload_fail(struct upload *u, int status, const char *code, const char *fmt, ...)
 {
-	char msg[320];
+	char msg[384];
 	va_list ap;
 
 	va_start(ap, fmt);
@@ -480,27 +502,29 @@ static int mp_begin(const struct multipart_part *p, void *ud)
 	if (u->file_seen)
 		return cb_fail(u, 422, "invalid_request", "the upload carries more than one file");
 	multipart_media_type(p->content_type, mt, sizeof(mt));
-	if (!ends_with_csv(p->filename) ||
-	    (strcmp(mt, "text/csv") != 0 && strcmp(mt, "application/csv") != 0) ||
+	if (!ends_with_csv(p->filename) || !csv_part_type(mt) ||
 	    (multipart_param(p->content_type, "charset", cs, sizeof(cs)) &&
 	     strcasecmp(cs, "utf-8") != 0 && strcasecmp(cs, "us-ascii") != 0)) {
-		char msg[256];
-		snprintf(
-			msg, sizeof(msg),
-			"Only .csv files are accepted: the file part must be named *.csv and typed "
-			"text/csv (UTF-8); got \"%.64s\" as \"%.48s\".",
-			p->filename, p->content_type[0] ? p->content_type : "(no type)");
+		char msg[320];
+		snprintf(msg, sizeof(msg),
+			 "Only .csv files are accepted: the file part's name must end in .csv and "
+			 "its type be " CSV_PART_TYPES " (UTF-8); got \"%.48s\" as \"%.40s\".",
+			 p->filename, p->content_type[0] ? p->content_type : "(no type)");
 		return cb_fail(u, 415, "unsupported_media_type", msg);
 	}
-	if (!u->has_cid)
-		return cb_fail(u, 422, "invalid_request",
-			       "field campaign_id is missing: give it as a query parameter or as a "
-			       "form field before the file part");
+	if (!u->has_cid) /* given after the file, or not at all: what follows is not read */
+		return cb_fail(u, 400, "bad_request",
+			       "campaign_id must come before the file part: give it as a query "
+			       "parameter or as a form field ahead of the file (form fields after "
+			       "the file are not read)");
 	u->file_seen = true;
 	u->field = F_FILE;
 	if (!u->has_name) {
+		char msg[160];
 		name_from_file(u->name, sizeof(u->name), p->filename);
 		u->has_name = true;
+		if (!name_usable(u->name, true, msg, sizeof(msg)))
+			return cb_fail(u, 422, "invalid_request", msg);
 	}
 	if (upload_start(u))
 		return -ECANCELED; /* answered */
@@ -533,8 +557,11 @@ static int mp_end(void *ud)
 		memcpy(u->campaign_id, u->fbuf, u->flen + 1);
 		u->has_cid = true;
 	} else if (u->field == F_NAME) {
+		char msg[160];
 		memcpy(u->name, u->fbuf, u->flen + 1);
 		u->has_name = true;
+		if (!name_usable(u->name, false, msg, sizeof(msg)))
+			return cb_fail(u, 422, "invalid_request", msg);
 	}
 	u->field = F_NONE;
 	return 0;
@@ -657,8 +684,8 @@ void api_batch_upload(struct api_call *c)
 	bool multipart = strcmp(mt, "multipart/form-data") == 0;
 	if (!multipart && strcmp(mt, "text/csv") != 0 && strcmp(mt, "application/csv") != 0) {
 		api_error(c, 415, "unsupported_media_type",
-			  "Only .csv files are accepted: send multipart/form-data with a .csv file "
-			  "part of type text/csv, or a text/csv body.");
+			  "Only .csv files are accepted: send multipart/form-data with a file part "
+			  "named *.csv, or a text/csv (or application/csv) body.");
 		return;
 	}
 	if (!(u = calloc(1, sizeof(*u)))) {
@@ -720,10 +747,9 @@ void api_batch_upload(struct api_call *c)
 		api_not_found(c, "campaign", "(an over-long id)");
 		return;
 	}
-	if (u->has_name && strlen(u->name) > BATCH_IMPORT_MAX_NAME) {
+	if (u->has_name && !name_usable(u->name, !u->name_query, param, sizeof(param))) {
 		free(u);
-		error_fmt(c, 422, "invalid_request", "field name is longer than %d bytes",
-			  BATCH_IMPORT_MAX_NAME);
+		api_error(c, 422, "invalid_request", param);
 		return;
 	}
 	if ((u->slot = slot_take(c)) < 0) {

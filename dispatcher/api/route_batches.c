@@ -4,7 +4,8 @@
  * Read (GET /v2/batches, GET /v2/batches/{batch_id}) and control (stop / pause / resume) are
  * here; every statement names the key's organisation, so another organisation's batch is 404.
  *
- * Control is one statement per request: the batch row locked, its status moved, and its
+ * Control takes no body, or an empty JSON object (batch_body_control(): what a JSON client sends
+ * with a POST), checked before anything else. Control is one statement per request: the batch row locked, its status moved, and its
  * undialled contacts moved in the same transaction through contacts_batch_state_idx — pause:
  * pending -> held; resume: held -> pending; stop: pending and held -> cancelled. Contacts a
  * worker has claimed are the worker's: migration 0015 NOTIFYs every worker at commit and each
@@ -24,6 +25,7 @@
  */
 #include "api_int.h"
 
+#include "batch_body.h"
 #include "ident.h"
 #include "query.h"
 #include "pg_pool.h"
@@ -37,6 +39,9 @@
 
 #define LIST_LIMIT_DEFAULT 50
 #define LIST_LIMIT_MAX	   100
+/* stop / pause / resume take no body, but an empty JSON object ("{}", what many clients send
+ * with a JSON POST) is accepted: up to this many bytes are read, past it the server's 413. */
+#define CONTROL_BODY_MAX 4096
 
 /* The derived status of batch b (see the top). */
 #define SQL_STATUS                                                                                 \
@@ -286,8 +291,16 @@ static void control(struct api_call *c, enum ctl k)
 	struct ctl_req *q;
 	int rc;
 
+	size_t len;
+	const char *body = http_request_body(c->req, &len);
+	char msg[256];
+
 	if (!ident_ok(id)) {
 		api_not_found(c, "batch", id ? id : "");
+		return;
+	}
+	if ((rc = batch_body_control(body, len, msg, sizeof(msg)))) { /* none, or {} */
+		api_error(c, rc, rc == 400 ? "bad_request" : "invalid_request", msg);
 		return;
 	}
 	if (!(q = calloc(1, sizeof(*q)))) {
@@ -465,16 +478,19 @@ const struct api_route_def api_routes_batches[] = {
 	  .summary = "One batch and its progress." },
 	{ .method = "POST",
 	  .pattern = "/v2/batches/{batch_id}/stop",
+	  .max_body = CONTROL_BODY_MAX,
 	  .bucket = RATELIMIT_DEFAULT,
 	  .handler = stop_batch,
 	  .summary = "Stops a batch: nothing more is dialled; calls in flight finish." },
 	{ .method = "POST",
 	  .pattern = "/v2/batches/{batch_id}/pause",
+	  .max_body = CONTROL_BODY_MAX,
 	  .bucket = RATELIMIT_DEFAULT,
 	  .handler = pause_batch,
 	  .summary = "Pauses a batch." },
 	{ .method = "POST",
 	  .pattern = "/v2/batches/{batch_id}/resume",
+	  .max_body = CONTROL_BODY_MAX,
 	  .bucket = RATELIMIT_DEFAULT,
 	  .handler = resume_batch,
 	  .summary = "Resumes a paused batch." },

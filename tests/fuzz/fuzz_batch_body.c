@@ -6,7 +6,8 @@
  *   - a body json_strict refuses is never accepted, and one it accepts (an object of at most
  *     BATCH_BODY_FIELDS_MAX members) is never a 400;
  *   - an accepted body is what json_strict reads: campaign_id and name equal its strings, and
- *     the second pass gives exactly its contacts, each phone byte for byte and each variables
+ *     the second pass gives exactly its contacts, each phone (under phone, phone_number or
+ *     to_number) byte for byte and each variables
  *     text parsing to the same object (none when absent or null). */
 #include "fuzz.h"
 
@@ -69,6 +70,10 @@ static void check_accepted(const struct batch_body *p, const cJSON *t)
 	cJSON_ArrayForEach(c, arr)
 	{
 		const cJSON *phone = cJSON_GetObjectItemCaseSensitive(c, "phone");
+		if (!phone) /* the other names of the number (one per contact) */
+			phone = cJSON_GetObjectItemCaseSensitive(c, "phone_number");
+		if (!phone)
+			phone = cJSON_GetObjectItemCaseSensitive(c, "to_number");
 		const cJSON *vars = cJSON_GetObjectItemCaseSensitive(c, "variables");
 
 		FUZZ_CHECK(batch_body_next(&w, &k) == 1);

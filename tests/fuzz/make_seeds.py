@@ -161,6 +161,11 @@ SEEDS = {
         b' \t\r\n{"campaign_id":"c","contacts":[{"phone":"+14155550100"}]} \n',
         b'{"campaign_id":"c","contacts":[{"phone":"x"}],"contacts":[]}',
         b'{"campaign_id":"c","contacts":[{"phone":"1"}]', b'{"campaign_id":"c","contacts":[{]}]}',
+        # The number's other names (one per contact) and a name with control characters.
+        b'{"campaign_id":"c","contacts":[{"to_number":"+14155550100"},'
+        b'{"phone_numb\\u0065r":"+14155550101","variables":{"phone":"x"}}]}',
+        b'{"campaign_id":"c","contacts":[{"phone":"+1","to_number":"+2"}]}',
+        b'{"campaign_id":"c","name":"a\\nb\\u001b[31m","contacts":[]}',
     ],
     'bearer': [s.encode() if isinstance(s, str) else s for s in [
         'Bearer ' + KEY, 'bearer ' + KEY, 'BEARER   ' + KEY, ' \tBearer ' + KEY + ' \t',

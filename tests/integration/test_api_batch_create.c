@@ -1,7 +1,8 @@
 /* POST /v2/batches (JSON) and POST /v2/batches/upload (CSV), issue 10 item 4 / SPEC R6, against
  * `dispatcher run` on a private PostgreSQL and Redis (api_test.h).
  *
- *  - json_created: 201 with the batch, the contacts and their variables in SQL, X-RateLimit-*.
+ *  - json_created: 201 with the batch, the contacts and their variables in SQL, X-RateLimit-*;
+ *    the number under phone_number / to_number; no name gives "".
  *  - json_errors: 415, 400 (syntax, trailing bytes, a duplicate key at the top and in a
  *    contact, a NUL), 422 naming the field (types, missing), 404 (unknown and another
  *    organisation's campaign), 409 (stopped), 422 with 25 bad phones naming exactly 20 and
@@ -9,8 +10,11 @@
  *  - ceiling_at_below_above: an organisation's pending ceiling of 10: 4 (below), 6 more (at),
  *    1 more (above: 422); a file of 11 rows alone: 422.
  *  - csv_created: multipart with the campaign in the query and in a form field, the name from
- *    the file; a raw text/csv body; rows and variables in SQL.
- *  - csv_errors: 415 (not .csv, wrong part type, text/plain), 422 (25 bad rows: exactly 20
+ *    the file (without its path); the file part typed application/octet-stream,
+ *    application/vnd.ms-excel, text/plain or not at all; a raw text/csv body; rows and
+ *    variables in SQL.
+ *  - csv_errors: 415 (not .csv, a part typed application/json or image/png, a text/plain
+ *    body), 400 campaign_id after the file, 422 a name with a control character, 422 (25 bad rows: exactly 20
  *    named; bad UTF-8; no phone column; a malformed quote; no campaign; no file), 400
  *    (multipart without its closing boundary), 404 another organisation's campaign.
  *  - body_limits: JSON Content-Length at the limit + 1 answers 413 naming the limit in bytes; a
@@ -112,6 +116,18 @@ static void json_created(void **state)
 				 id),
 			 1);
 	cJSON_Delete(j);
+
+	/* The number under the CSV header's other names (issue 10 review); no name: "". */
+	j = post_json("/v2/batches", NULL,
+		      "{\"campaign_id\":\"cmp-a\",\"contacts\":[{\"to_number\":\"+14155550103\"},"
+		      "{\"phone_number\":\"+14155550104\",\"variables\":{\"phone\":\"x\"}}]}",
+		      201);
+	assert_string_equal(api_str(j, "name"), "");
+	assert_int_equal(sql_num("SELECT count(*) FROM contacts WHERE batch_id = '%s' AND phone "
+				 "IN ('+14155550103', '+14155550104')",
+				 api_str(j, "id")),
+			 2);
+	cJSON_Delete(j);
 }
 
 static void json_errors(void **state)
@@ -152,6 +168,15 @@ static void json_errors(void **state)
 		     "{\"campaign_id\":\"cmp-a\",\"contacts\":[{\"phone\":\"+14155550100\","
 		     "\"variables\":[1]}]}",
 		     422, "invalid_request", "contacts[0].variables must be an object");
+	expect_error("/v2/batches", NULL,
+		     "{\"campaign_id\":\"cmp-a\",\"contacts\":[{\"to_number\":\"+14155550100\","
+		     "\"phone_number\":\"+14155550100\"}]}",
+		     422, "invalid_request",
+		     "field contacts[0] has both phone_number and to_number");
+	expect_error("/v2/batches", NULL,
+		     "{\"campaign_id\":\"cmp-a\",\"name\":\"a\\nb\\u001b[31m\",\"contacts\":[{"
+		     "\"phone\":\"+14155550100\"}]}",
+		     422, "invalid_request", "field name contains a control character (byte 1)");
 	expect_error("/v2/batches", NULL, "{\"contacts\":[]}", 422, "invalid_request",
 		     "campaign_id is missing");
 	expect_error("/v2/batches", NULL, "{\"campaign_id\":\"cmp-a\",\"contacts\":{}}", 422,
@@ -186,6 +211,7 @@ static void json_errors(void **state)
 	assert_int_equal(api_num(cJSON_GetArrayItem(cJSON_GetObjectItem(j, "rows"), 0), "index"),
 			 5);
 	assert_non_null(strstr(api_str(j, "message"), "and 5 more"));
+	assert_non_null(strstr(api_str(j, "message"), ". contacts[5]: phone: "));
 	cJSON_Delete(j);
 	assert_int_equal(sql_num("SELECT count(*) FROM batches WHERE org_id = '%s'", "org-a"),
 			 before);
@@ -254,9 +280,10 @@ static char *multipart_body(const char *fields, const char *filename, const char
 	assert_non_null(b);
 	snprintf(b, cap,
 		 "%s--" BND "\r\nContent-Disposition: form-data; name=\"file\"; filename=\"%s\"\r\n"
-		 "Content-Type: %s\r\n\r\n%s\r\n--" BND "--\r\n",
-		 fields ? fields : "", filename, type, csv);
-	return b;
+		 "%s%s%s\r\n%s\r\n--" BND "--\r\n",
+		 fields ? fields : "", filename, type ? "Content-Type: " : "", type ? type : "",
+		 type ? "\r\n" : "", csv);
+	return b; /* type NULL: the part has no Content-Type */
 }
 
 static void csv_created(void **state)
@@ -288,6 +315,22 @@ static void csv_created(void **state)
 	assert_int_equal(api_num(j, "total_contacts"), 1);
 	cJSON_Delete(j);
 
+	/* What clients type a .csv file part with (issue 10 review): curl -F's default
+	 * application/octet-stream, Windows browsers' application/vnd.ms-excel, text/plain, none.
+	 * The name defaults to the file's, without its path. */
+	static const char *const types[] = { "application/octet-stream", "application/vnd.ms-excel",
+					     "text/plain; charset=utf-8", NULL };
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+		char csv[64];
+		snprintf(csv, sizeof(csv), "phone\n+1415555021%zu\n", i);
+		b = multipart_body(NULL, "C:\\fakepath\\Leads.CSV", types[i], csv);
+		j = post_json("/v2/batches/upload?campaign_id=cmp-a", MP, b, 201);
+		free(b);
+		assert_string_equal(api_str(j, "name"), "Leads.CSV");
+		assert_int_equal(api_num(j, "total_contacts"), 1);
+		cJSON_Delete(j);
+	}
+
 	/* A raw text/csv body, its name from the query. */
 	j = post_json("/v2/batches/upload?campaign_id=cmp-a&filename=raw%20list.csv", "text/csv",
 		      "phone\n+14155550203\n+14155550204\n", 201);
@@ -306,9 +349,44 @@ static void csv_errors(void **state)
 	b = multipart_body(NULL, "list.xlsx", "text/csv", "phone\n+14155550300\n");
 	expect_error(up, MP, b, 415, "unsupported_media_type", "Only .csv files are accepted");
 	free(b);
-	b = multipart_body(NULL, "list.csv", "application/octet-stream", "phone\n+14155550300\n");
-	expect_error(up, MP, b, 415, "unsupported_media_type", "Only .csv files are accepted");
+	static const char *const not_csv[][2] = { { "list.csv", "application/json" },
+						  { "list.csv", "image/png" },
+						  { "list.xlsx", "application/octet-stream" },
+						  { "list.csv.txt", "text/plain" },
+						  { "csv", NULL } };
+	for (size_t i = 0; i < sizeof(not_csv) / sizeof(not_csv[0]); i++) {
+		b = multipart_body(NULL, not_csv[i][0], not_csv[i][1], "phone\n+14155550300\n");
+		expect_error(up, MP, b, 415, "unsupported_media_type",
+			     "text/csv, application/csv, text/plain, application/vnd.ms-excel, "
+			     "application/octet-stream or none");
+		free(b);
+	}
+	/* campaign_id after the file: 400 saying fields come first (as name after the file),
+	 * not 422 "missing" (issue 10 review). */
+	b = multipart_body(NULL, "a.csv", "text/csv", "phone\n+14155550300\n");
+	char *after = malloc(strlen(b) + 256);
+	assert_non_null(after);
+	snprintf(after, strlen(b) + 256,
+		 "%.*s\r\n--" BND "\r\nContent-Disposition: form-data; "
+		 "name=\"campaign_id\"\r\n\r\ncmp-a\r\n--" BND "--\r\n",
+		 (int)(strlen(b) - strlen("\r\n--" BND "--\r\n")), b);
+	expect_error("/v2/batches/upload", MP, after, 400, "bad_request",
+		     "campaign_id must come before the file part");
+	free(after);
 	free(b);
+	/* A name with a control character, however given: 422 naming the field. */
+	b = multipart_body("--" BND "\r\nContent-Disposition: form-data; name=\"name\"\r\n"
+			   "\r\nbad\x1b[31mname\r\n",
+			   "a.csv", "text/csv", "phone\n+14155550300\n");
+	expect_error(up, MP, b, 422, "invalid_request",
+		     "field name contains a control character (byte 3)");
+	free(b);
+	expect_error("/v2/batches/upload?campaign_id=cmp-a&name=a%0Ab", "text/csv",
+		     "phone\n+14155550300\n", 422, "invalid_request",
+		     "field name contains a control character (byte 1)");
+	/* A row of one field under a header of two: "1 field", not "1 fields". */
+	expect_error(up, "text/csv", "phone,city\n+14155550300\n", 422, "invalid_contacts",
+		     "Row 2: 1 field; the header has 2");
 	expect_error(up, "text/plain", "phone\n+14155550300\n", 415, "unsupported_media_type",
 		     NULL);
 	expect_error("/v2/batches/upload?campaign_id=cmp-a&filename=x.txt", "text/csv",

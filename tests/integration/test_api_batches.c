@@ -17,6 +17,8 @@
  *    cancelled, nothing dialled after. Transitions: repeats are 200 (idempotent), pause /
  *    resume of a stopped batch 409, everything on a completed batch (b4) 409. Another
  *    organisation's batch is 404 on every route, both ways; 401 without a key.
+ *  - control_bodies: stop / pause / resume take no body or {} (with any content type), a
+ *    member is 422 naming it, anything else 400, over 4 KiB 413; b9 (o5's, paused) takes them.
  *  - resume_notify_lost: o4 (2 lines) dials b7 (c7) on both lines, held, b8 (c8) paused. Every
  *    connection of the worker is dropped and kept out while b8 is resumed, so migration 0016's
  *    notification is lost; once the worker is back, has claimed b8 and c8's floor is installed,
@@ -52,7 +54,8 @@ static struct wproc_stub stub;
  * ms (plain and ASan, up to four tests at once on 2 cores). */
 #define P3_MS 1000
 static PGconn *db;
-static char k1[APIKEY_LEN + 1], k2[APIKEY_LEN + 1], k3[APIKEY_LEN + 1], k4[APIKEY_LEN + 1];
+static char k1[APIKEY_LEN + 1], k2[APIKEY_LEN + 1], k3[APIKEY_LEN + 1], k4[APIKEY_LEN + 1],
+	k5[APIKEY_LEN + 1];
 
 static long long sql_int(const char *fmt, ...)
 {
@@ -572,6 +575,64 @@ static void resume_notify_lost(void **state)
 	free(wproc_stub_http(&stub, "/control/end", "{\"org_id\":\"o4\"}"));
 }
 
+/* stop / pause / resume take no body, but a JSON client's {} (requests.post(url, json={}),
+ * curl -H 'Content-Type: application/json' -d '{}') is accepted: it was a 413 and closed the
+ * connection (issue 10 review), so such a client could never stop its batch. b9 (o5's, paused,
+ * two held contacts: nothing of it is dialled) takes each. */
+static void control_bodies(void **state)
+{
+	struct raw_response r;
+	char big[5000];
+	(void)state;
+
+	static const char *const ok[][2] = { { "application/json", "{}" },
+					     { "application/json; charset=utf-8", " { }\r\n" },
+					     { "application/x-www-form-urlencoded", "" } };
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		int st = api_request(w1.port, "POST", "/v2/batches/b9/pause", k5, ok[i][0],
+				     ok[i][1], &r);
+		if (st != 200)
+			fail_msg("pause with %s \"%s\": %d %s", ok[i][0], ok[i][1], st, r.body);
+		assert_non_null(strstr(r.body, "\"status\":\"paused\""));
+		raw_response_free(&r);
+	}
+	/* A member: 422 naming it (no member is defined; one ignored would hide a mistake). */
+	assert_int_equal(api_request(w1.port, "POST", "/v2/batches/b9/resume", k5, NULL,
+				     "{\"force\":true}", &r),
+			 422);
+	assert_non_null(strstr(r.body, "field force is not a field of this route"));
+	raw_response_free(&r);
+	assert_int_equal(sql_int("SELECT count(*) FROM batches WHERE id = 'b9' AND status = "
+				 "'paused'"),
+			 1);
+	/* Not JSON, or JSON but not an object: 400 saying the route takes no body. */
+	assert_int_equal(api_request(w1.port, "POST", "/v2/batches/b9/resume", k5,
+				     "application/x-www-form-urlencoded", "force=1", &r),
+			 400);
+	assert_non_null(strstr(r.body, "This route takes no body: send none, or the empty JSON "
+				       "object {}"));
+	raw_response_free(&r);
+	assert_int_equal(api_request(w1.port, "POST", "/v2/batches/b9/stop", k5, NULL, "[]", &r),
+			 400);
+	raw_response_free(&r);
+	/* Over 4 KiB: the server's 413 naming the limit. */
+	memset(big, ' ', sizeof(big) - 3);
+	memcpy(big + sizeof(big) - 3, "{}", 3);
+	assert_int_equal(api_request(w1.port, "POST", "/v2/batches/b9/stop", k5, NULL, big, &r),
+			 413);
+	assert_non_null(strstr(r.body, "at most 4096 bytes"));
+	raw_response_free(&r);
+	/* Another organisation's batch is still 404, whatever the body. */
+	assert_int_equal(api_request(w1.port, "POST", "/v2/batches/b9/stop", k1, NULL, "{}", &r),
+			 404);
+	raw_response_free(&r);
+	assert_int_equal(api_request(w1.port, "POST", "/v2/batches/b9/stop", k5, NULL, "{}", &r),
+			 200);
+	assert_non_null(strstr(r.body, "\"status\":\"stopped\""));
+	raw_response_free(&r);
+	assert_int_equal(in_state("b9", "cancelled"), 2);
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -585,6 +646,13 @@ static int setup(void **state)
 	api_make_key(db, "o3", "k3", k3, NULL);
 	api_make_org(db, "o4", 2, "c7", "c8", NULL); /* resume_notify_lost's, no batch until then */
 	api_make_key(db, "o4", "k4", k4, NULL);
+	api_make_org(db, "o5", 1, "c9", NULL); /* control_bodies': b9 paused, never dialled */
+	api_make_key(db, "o5", "k5", k5, NULL);
+	PQclear(api_sql(db, "INSERT INTO batches (id, org_id, campaign_id, status) VALUES"
+			    " ('b9', 'o5', 'c9', 'paused')"));
+	PQclear(api_sql(db, "INSERT INTO contacts (org_id, campaign_id, batch_id, phone, state)"
+			    " VALUES ('o5', 'c9', 'b9', '+14155550901', 'held'),"
+			    " ('o5', 'c9', 'b9', '+14155550902', 'held')"));
 	PQclear(api_sql(db, "INSERT INTO batches (id, org_id, campaign_id, status) VALUES"
 			    " ('b1', 'o1', 'c1', 'active'), ('b3', 'o1', 'c3', 'active'),"
 			    " ('b4', 'o1', 'c1', 'active'), ('b2', 'o2', 'c2', 'paused')"));
@@ -640,6 +708,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(control_mid_run),
 		cmocka_unit_test(list_pages),
+		cmocka_unit_test(control_bodies),
 		cmocka_unit_test(resume_notify_lost),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -179,6 +179,14 @@ static void params(void **state)
 				    sizeof(out)));
 	assert_string_equal(out, "xyz");
 	assert_false(multipart_param("text/csv", "charset", out, sizeof(out)));
+	/* A Windows path as old browsers send it, backslashes unescaped: kept (the part's
+	 * filename is then its last segment); only \" and \\ are escapes. */
+	assert_true(multipart_param("form-data; name=\"file\"; filename=\"C:\\Users\\x\\a.csv\"",
+				    "filename", out, sizeof(out)));
+	assert_string_equal(out, "C:\\Users\\x\\a.csv");
+	assert_true(multipart_param("form-data; filename=\"a\\\\b\\\"c\\d\"", "filename", out,
+				    sizeof(out)));
+	assert_string_equal(out, "a\\b\"c\\d");
 	assert_false(
 		multipart_param("form-data; filename*=UTF-8''a.csv", "filename", out, sizeof(out)));
 	multipart_media_type("  Text/CSV ; charset=utf-8", mt, sizeof(mt));

@@ -185,12 +185,92 @@ static void batch_refusals(void **state)
 	batch_body_deinit(&p);
 }
 
+/* A contact's number under any of the CSV header's names (phone, phone_number, to_number), one
+ * per contact; a name with a control character is refused as dispatcher admin refuses it. */
+static void batch_phone_names_and_name(void **state)
+{
+	struct batch_body p;
+	struct batch_body_walk w;
+	struct batch_body_contact k;
+
+	(void)state;
+	first_pass(&p,
+		   "{\"campaign_id\":\"c\",\"contacts\":[{\"to_number\":\"+1\"},"
+		   "{\"variables\":{\"phone\":\"x\"},\"phone_number\":\"+2\"},{\"phone\":\"+3\"}]}",
+		   1);
+	assert_int_equal(p.status, 0);
+	batch_body_contacts(&p, &w);
+	for (int i = 1; i <= 3; i++) {
+		char want[4];
+		snprintf(want, sizeof(want), "+%d", i);
+		assert_int_equal(batch_body_next(&w, &k), 1);
+		assert_int_equal(k.phone_len, 2);
+		assert_memory_equal(k.phone, want, 2);
+		batch_body_contact_deinit(&k);
+	}
+	assert_int_equal(batch_body_next(&w, &k), 0);
+	batch_body_deinit(&p);
+
+	first_pass(&p,
+		   "{\"campaign_id\":\"c\",\"contacts\":[{\"phone\":\"+1\"},"
+		   "{\"phone\":\"+1\",\"to_number\":\"+2\"}]}",
+		   1);
+	assert_int_equal(p.status, 422);
+	assert_string_equal(p.msg, "field contacts[1] has both phone and to_number: give the "
+				   "number once, under one of phone, phone_number, to_number");
+	batch_body_deinit(&p);
+	first_pass(&p, "{\"campaign_id\":\"c\",\"contacts\":[{\"to_number\":1}]}", 1);
+	assert_int_equal(p.status, 422);
+	assert_string_equal(p.msg, "field contacts[0].to_number must be a string");
+	batch_body_deinit(&p);
+
+	first_pass(&p,
+		   "{\"campaign_id\":\"c\",\"name\":\"a\\nb\\u001b[31m\",\"contacts\":[{\"phone\":"
+		   "\"+1\"}]}",
+		   1);
+	assert_int_equal(p.status, 422);
+	assert_string_equal(p.msg, "field name contains a control character (byte 1)");
+	batch_body_deinit(&p);
+	first_pass(&p, "{\"campaign_id\":\"c\",\"name\":\"caf\u00e9 \\u00e9 \\t\",\"contacts\":[]}",
+		   1);
+	assert_int_equal(p.status, 422);
+	assert_string_equal(p.msg, "field name contains a control character (byte 9)");
+	batch_body_deinit(&p);
+}
+
+/* stop / pause / resume: no body, or {} (issue 10 review: a JSON client's {} was a 413). */
+static void control_bodies(void **state)
+{
+	static const char *const ok[] = { "", " \r\n\t", "{}", " { } \n" };
+	static const char *const bad[] = { "null", "[]", "a=b", "{}x", "{", "\"{}\"" };
+	char msg[256];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++)
+		assert_int_equal(batch_body_control(ok[i], strlen(ok[i]), msg, sizeof(msg)), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_int_equal(batch_body_control(bad[i], strlen(bad[i]), msg, sizeof(msg)), 400);
+		assert_non_null(strstr(msg, "This route takes no body: send none, or the empty "
+					    "JSON object {}"));
+	}
+	assert_int_equal(batch_body_control("{\"force\":true}", 14, msg, sizeof(msg)), 422);
+	assert_string_equal(msg, "field force is not a field of this route: it takes no body; "
+				 "send none, or the empty JSON object {}.");
+	assert_int_equal(batch_body_control("{\"\":1}", 6, msg, sizeof(msg)), 422);
+	assert_non_null(strstr(msg, "field \"\" is not"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(calls_accepted), cmocka_unit_test(calls_empty_member_named),
-		cmocka_unit_test(calls_refusals), cmocka_unit_test(batch_sliced_and_second_pass),
-		cmocka_unit_test(batch_refusals), cmocka_unit_test(batch_sizes_and_byte_slices),
+		cmocka_unit_test(calls_accepted),
+		cmocka_unit_test(calls_empty_member_named),
+		cmocka_unit_test(calls_refusals),
+		cmocka_unit_test(batch_sliced_and_second_pass),
+		cmocka_unit_test(batch_refusals),
+		cmocka_unit_test(batch_sizes_and_byte_slices),
+		cmocka_unit_test(batch_phone_names_and_name),
+		cmocka_unit_test(control_bodies),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
