@@ -53,7 +53,8 @@ struct binding {
 struct key_entry {
 	char hex[2 * APIKEY_HASH_LEN + 1]; /* the map's key */
 	uint64_t expires_ms;		   /* loop time */
-	uint64_t limited_until_ms;	   /* loop time: refused until then (refuse()) */
+	/* loop time, per bucket: refused until then (refuse()) */
+	uint64_t limited_until_ms[RATELIMIT_BUCKETS];
 	struct api_key_info info;
 };
 
@@ -418,7 +419,8 @@ static void refuse(struct api_call *c)
 	char msg[160];
 
 	if (e)
-		e->limited_until_ms = uv_now(o->loop) + (uint64_t)c->limit.retry_after_s * 1000;
+		e->limited_until_ms[c->route->bucket] =
+			uv_now(o->loop) + (uint64_t)c->limit.retry_after_s * 1000;
 	if (o->on_limited)
 		o->on_limited(ratelimit_bucket_name(c->route->bucket), o->on_limited_data);
 	snprintf(msg, sizeof(msg),
@@ -469,13 +471,14 @@ static void limit_done(const struct ratelimit_result *r, void *data)
  * open (R3) when Redis does not answer within its deadline.
  *
  * Reads sent with the rate limit (SPEC P7). A read route (GET, no body) starts its handler at
- * once, with the decision in flight, so that its own reads (the capacity route's gate_read():
- * Redis again, on the same connection) go out in the same loop turn and come back together,
- * rather than one round trip after the other. Its answer waits for the decision (answer()):
- * allowed, it is sent with the decision's headers; refused, the 429 is sent instead and the
- * answer is dropped, headers included. A read costs nothing to drop, and once a key's
- * organisation has been refused, its reads wait for the decision until the retry time, so a
- * client over its limit does not make each 429 cost a read. */
+ * once, with the decision in flight, so that its own reads (the capacity route's gate_read(),
+ * on the gate's Redis connection while the limiter's script is on the limiter's own) go out in
+ * the same loop turn and are answered in parallel, rather than one round trip after the other.
+ * Its answer waits for the decision (answer()): allowed, it is sent with the decision's headers;
+ * refused, the 429 is sent instead and the answer is dropped, headers included. A read costs
+ * nothing to drop, and once a key has been refused in a bucket, its reads in that bucket wait
+ * for their decision while its cache entry remembers (until the retry time, at most the entry's
+ * 2 s), so a client over its limit does not make every 429 cost a read. */
 static void limit_check(struct api_call *c)
 {
 	const struct api_route_def *r = c->route;
@@ -669,7 +672,7 @@ static void authenticate(struct api_call *c)
 	if (e && e->expires_ms > uv_now(a->o.loop)) {
 		a->stats.key_cache_hits++;
 		c->key = e->info;
-		c->no_speculate = e->limited_until_ms > uv_now(a->o.loop);
+		c->no_speculate = e->limited_until_ms[c->route->bucket] > uv_now(a->o.loop);
 		limit_check(c);
 		return;
 	}

@@ -526,8 +526,8 @@ static void resume_notify_lost(void **state)
 	wait_floor_as(k4, "c8", 0);
 
 	/* Every connection of the worker dropped and kept out (the database refuses new ones)
-	 * while b8 is resumed, with the API's own statement: migration 0016's "+o4 c8" reaches
-	 * nobody. */
+	 * while b8 is resumed by the two updates of the API's resume (its route cannot run: the
+	 * worker has no connection): migration 0016's "+o4 c8" reaches nobody. */
 	char info[600];
 	snprintf(info, sizeof(info), "%s dbname=postgres", svc.database_url);
 	PGconn *pdb = PQconnectdb(info); /* the database cannot be altered from itself */

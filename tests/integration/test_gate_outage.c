@@ -1324,8 +1324,9 @@ static void outage(enum fault fault)
 		check_frozen_records(e);
 	atomic_store(&sh->stop, 1);
 	for (int i = 0; i < WORKERS; i++) {
-		assert_int_equal(fixture_wait(pids[i]), 0);
-		pids[i] = 0;
+		pid_t pid = pids[i];
+		pids[i] = 0; /* reaped by fixture_wait(), whatever it returns */
+		assert_int_equal(fixture_wait(pid), 0);
 	}
 	a3 = atomic_load(&sh->admitted[GATE_MODE_REDIS]) - a1;
 	assert_int_equal(atomic_load(&sh->errors), 0);
