@@ -352,6 +352,42 @@ static void rate_limited_then_fail_open(void **state)
 	assert_non_null(raw_header(&r, "X-RateLimit-Remaining", v, sizeof(v)));
 	assert_string_equal(v, "0");
 	raw_response_free(&r);
+	/* The decision refuses while the read is still running (refuse_late): the list waits on a
+	 * lock the test holds, the 429 goes out once the read is done, the read's answer never. */
+	PQclear(api_sql(db, "UPDATE organisations SET rate_executions_per_minute = 3 "
+			    "WHERE id = 'org-rl'"));
+	char key5[APIKEY_LEN + 1], key6[APIKEY_LEN + 1];
+	api_make_key(db, "org-rl", "k5", key5, NULL); /* looked up after: the new limit */
+	api_make_key(db, "org-rl", "k6", key6, NULL);
+	st = 0;
+	for (int i = 0; i < 8 && st != 429; i++) { /* executions.list used up (3 a minute) */
+		st = api_request(w1.port, "GET", "/v2/calls", key6, NULL, NULL, &r);
+		raw_response_free(&r);
+	}
+	print_message("executions.list used up: %d\n", st);
+	assert_int_equal(st, 429);
+	api_request(w1.port, "GET", "/v2/user/me", key5, NULL, NULL, &r);
+	raw_response_free(&r); /* k5 cached, never refused in executions.list */
+	PQclear(api_sql(db, "BEGIN"));
+	PQclear(api_sql(db, "LOCK TABLE calls IN ACCESS EXCLUSIVE MODE"));
+	int fd = raw_connect(w1.port, API_WAIT_MS);
+	char head[256];
+	snprintf(head, sizeof(head),
+		 "GET /v2/calls HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n\r\n", key5);
+	assert_int_equal(raw_send_str(fd, head), 0);
+	fixture_sleep_ms(300); /* the decision comes meanwhile (either way the answer is the 429) */
+	PQclear(api_sql(db, "COMMIT"));
+	assert_int_equal(raw_read_response(fd, &r), 0);
+	close(fd);
+	retry_afters = 0;
+	for (const char *p = r.head; (p = strstr(p, "\r\nRetry-After:")); p++)
+		retry_afters++;
+	print_message("refused while the read ran: %d, %d Retry-After, %s\n", r.status,
+		      retry_afters, r.body);
+	assert_int_equal(r.status, 429);
+	assert_int_equal(retry_afters, 1);
+	assert_non_null(strstr(r.body, "\"error\":1300"));
+	raw_response_free(&r);
 	/* Redis gone: allowed, the full limit shown as remaining (R3). */
 	assert_int_equal(embedded_redis_stop(&svc), 0);
 	assert_int_equal(api_request(w1.port, "GET", "/v2/user/me", key, NULL, NULL, &r), 200);
