@@ -35,7 +35,11 @@ const struct stmt_def gate_pg_stmts[] = {
 	 * with this id existed. The contact is locked (FOR UPDATE, its lease re-checked on the
 	 * newest row version by READ COMMITTED) before the call row is inserted, and set dialing
 	 * only when it was. A contact whose campaign is not active or whose batch is paused or
-	 * stopped (since it was claimed) is 'l' too: the caller hands it back (held, cancelled). */
+	 * stopped (since it was claimed) is 'l' too: the caller hands it back (held, cancelled).
+	 * created_at is clock_timestamp(), the write's own time after the locks (the org row in
+	 * postgres mode, the epoch lock, the contact), not now(): the transaction's start came up
+	 * to the deadline before the admission, so intervals from created_at overlapped beyond
+	 * the limit though the live calls never did. */
 	{ ST_WRITE, WRITE_NPARAMS,
 	  "WITH i AS (SELECT * FROM unnest($3::uuid[], $4::text[], $5::text[], $6::text[],"
 	  " $7::bigint[], $8::bigint[], $9::int[], $10::text[], $11::text[]) WITH ORDINALITY"
@@ -51,9 +55,9 @@ const struct stmt_def gate_pg_stmts[] = {
 	  " AND cp.status = 'active' AND b.status NOT IN ('paused', 'stopped')"
 	  " AND i.id NOT IN (SELECT call_id FROM f) FOR UPDATE OF c),"
 	  " w AS (INSERT INTO calls (id, org_id, campaign_id, agent_id, contact_id, attempt,"
-	  " to_number, from_number, state, gate_mode, gate_epoch)"
+	  " to_number, from_number, state, gate_mode, gate_epoch, created_at)"
 	  " SELECT i.id, i.org_id, i.campaign_id, i.agent_id, i.contact_id, i.attempt,"
-	  " i.to_number, i.from_number, 'dialing', $2::text, $1::bigint FROM i"
+	  " i.to_number, i.from_number, 'dialing', $2::text, $1::bigint, clock_timestamp() FROM i"
 	  " WHERE (SELECT ok FROM e) AND i.id NOT IN (SELECT call_id FROM f)"
 	  " AND (i.contact_id IS NULL OR i.id IN (SELECT id FROM l))"
 	  " ON CONFLICT (id) DO NOTHING RETURNING id, contact_id),"

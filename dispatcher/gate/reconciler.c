@@ -517,7 +517,15 @@ static void system_init_cb(struct gate *g, int status, void *data)
 	r->pending--;
 	if (status) {
 		r->failed = status;
-		RLOG(LOG_ERROR, NULL, "system init failed: %s", dsp_strerror(status));
+		/* Redis not answering (a CLIENT PAUSE, a restart): postgres mode holds and the
+		 * next pass tries again — a warning (log.h); anything else is an error. */
+		RLOG(status == -ETIMEDOUT || status == -ECONNRESET || status == -ENOTCONN ||
+				     status == -EAGAIN
+			     ? LOG_WARN
+			     : LOG_ERROR,
+		     NULL,
+		     "system init failed: %s (postgres mode stays; the next pass tries again)",
+		     dsp_strerror(status));
 		rebuild_finish(r, false);
 		return;
 	}
@@ -686,9 +694,17 @@ static void release_cb(struct gate *g, int status, const struct gate_release_res
 	struct reconciler *r = data;
 
 	(void)g;
-	if (status || res->outcome != GATE_FREED)
-		RLOG(LOG_WARN, r->org_ids[r->org_i], "release of a correction: %s (outcome %d)",
-		     dsp_strerror(status), status ? -1 : (int)res->outcome);
+	if (status)
+		RLOG(LOG_WARN, r->org_ids[r->org_i], "release of a correction failed: %s",
+		     dsp_strerror(status));
+	else if (res->outcome == GATE_NOT_HELD) /* released meanwhile: nothing to free */
+		RLOG(LOG_INFO, r->org_ids[r->org_i],
+		     "release of a correction: the slot was not held (released meanwhile), nothing"
+		     " freed");
+	else if (res->outcome != GATE_FREED)
+		RLOG(LOG_WARN, r->org_ids[r->org_i],
+		     "release of a correction: a count was already 0, nothing changed (outcome %d)",
+		     (int)res->outcome);
 	action_done(r);
 }
 

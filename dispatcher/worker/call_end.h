@@ -28,13 +28,14 @@
  * answered already ended.
  *
  * Dispositions of the contact (D2, D5):
- *   BY_POLICY  completed -> done; failed -> failed; no-answer, busy, canceled, swept -> the
+ *   BY_POLICY  completed -> done; failed -> failed; no-answer, busy, canceled -> the
  *              campaign's retry policy: attempts + 1, pending at now() + retry_delay_seconds
  *              while attempts < retry_max_attempts, else failed; refused -> pending now,
- *              nothing charged.
+ *              nothing charged. (The maximum-duration sweep ends 'swept' calls with FAIL.)
  *   RETRY_AT   pending at now() + delay_ms (PostgreSQL's clock), tries + 1, no attempt charged
  *              (throttled: 429).
- *   FAIL       failed, last_error = the reason (400/404/422), no attempt charged.
+ *   FAIL       failed, last_error = the reason (400/404/422; 'swept': the call may have been
+ *              placed, never dialled again, C9), no attempt charged.
  *   PENDING    pending now, nothing charged (lane stopped by 401/403, cancelled before dial).
  * The lease fields are cleared whatever the next state.
  *

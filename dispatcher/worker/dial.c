@@ -274,6 +274,22 @@ static void call_closed(uv_handle_t *h)
 	dial_maybe_done(d);
 }
 
+/* The answer to the mark of an unknown call; data: the call id (a copy, freed here). A failure
+ * leaves the row 'dialing': its events, the re-send sweep or the maximum-duration sweep end it. */
+static void marked_unknown(int status, const struct pg_results *res, void *data)
+{
+	char *call = data;
+
+	if (status)
+		LOG_AT(LOG_WARN, LOG_DIAL, (&(const struct log_ids){ .call = call }),
+		       "call not marked unknown (%s%s%s): it stays dialing until an event or a "
+		       "sweep",
+		       dsp_strerror(status), status == DSP_EPG && res && res->error ? ": " : "",
+		       status == DSP_EPG && res && res->error ? PQresultErrorMessage(res->error)
+							      : "");
+	free(call);
+}
+
 static void finish(struct dcall *c, struct dial_result *r)
 {
 	struct dial *d = c->d;
@@ -314,8 +330,16 @@ static void finish(struct dcall *c, struct dial_result *r)
 	if (r->disposition == DIAL_UNKNOWN) {
 		const char *v[1] = { c->call };
 		struct pg_query q = { .stmt = d->unknown, .nparams = 1, .values = v };
-		if (pg_pool_exec(d->pool, PG_LANE_NORMAL, &q, NULL, NULL) < 0)
-			log_warn(LOG_DIAL, "call %s: could not mark unknown", c->call);
+		char *call = strdup(c->call);
+		int rc = call ? pg_pool_exec(d->pool, PG_LANE_NORMAL, &q, marked_unknown, call)
+			      : -ENOMEM;
+		if (rc) {
+			free(call);
+			LOG_AT(LOG_WARN, LOG_DIAL, (&(const struct log_ids){ .call = c->call }),
+			       "call not marked unknown (%s): it stays dialing until an event or a"
+			       " sweep",
+			       dsp_strerror(rc));
+		}
 	}
 	d->o.done_cb(d, r, d->o.data);
 	uv_close((uv_handle_t *)&c->timer, call_closed);

@@ -340,9 +340,13 @@ static void batch_cb(int status, const struct pg_results *res, void *data)
 		maybe_free(ev);
 		return;
 	}
+	/* Answered 503: the provider sends them again, nothing is lost — a warning while
+	 * PostgreSQL is unreachable (log.h); an error when PostgreSQL refused the statement. */
 	if (status)
-		LOG_AT(LOG_ERROR, LOG_DIAL, NULL, "%u provider events not recorded (%s)%s%s", b->n,
-		       dsp_strerror(status), res->error ? ": " : "",
+		LOG_AT(status == DSP_EPG ? LOG_ERROR : LOG_WARN, LOG_DIAL, NULL,
+		       "%u provider events not recorded (%s)%s%s: answered 503, the provider sends"
+		       " them again",
+		       b->n, dsp_strerror(status), res->error ? ": " : "",
 		       res->error ? PQresultErrorMessage(res->error) : "");
 	for (uint32_t i = 0; i < b->n; i++) {
 		struct evreq *e = b->r[i];
@@ -405,8 +409,9 @@ static void send_batch(struct events *ev, struct batch *b)
 		ev->stats.batches++;
 		return;
 	}
-	LOG_AT(LOG_ERROR, LOG_DIAL, NULL, "%u provider events not sent (%s)", b->n,
-	       dsp_strerror(rc));
+	LOG_AT(LOG_WARN, LOG_DIAL, NULL,
+	       "%u provider events not sent (%s): answered 503, the provider sends them again",
+	       b->n, dsp_strerror(rc));
 	for (uint32_t i = 0; i < b->n; i++)
 		fail(ev, b->r[i]);
 	free(b);

@@ -371,10 +371,12 @@ static void overdue_cb(int status, const struct pg_results *r, void *data)
 	p->rep.found += p->page;
 	p->waiting = 1; /* held while submitting, so no answer can finish the pass early */
 	for (uint32_t i = 0; i < p->page; i++) {
+		/* The contact ends here (SPEC C9, D5): the call may have been placed, so it is
+		 * never dialled again under a new key, and an unknown outcome charges no attempt. */
 		struct call_end_req q = { .call = PQgetvalue(r->res[0], (int)i, 0),
 					  .outcome = "swept",
-					  .reason = "no terminal event within the maximum duration",
-					  .disposition = CALL_END_BY_POLICY };
+					  .reason = SWEEP_REASON,
+					  .disposition = CALL_END_FAIL };
 		int rc = call_end_submit(p->s->ends, &q, swept_cb, p);
 		if (rc && !p->status)
 			p->status = rc;

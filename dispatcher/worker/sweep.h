@@ -22,8 +22,10 @@
  * held throughout (the call row holds them); a definitive refusal ends it through call_end.
  *
  * Maximum-duration sweep (R7), every worker: calls dialing, live or unknown created more than
- * max_call_s ago are ended through call_end (outcome 'swept', disposition BY_POLICY: the
- * contact follows the campaign's retry policy), call_batch at a time. call_end ends each one
+ * max_call_s ago are ended through call_end (outcome 'swept', disposition FAIL: the contact
+ * ends 'failed' with last_error SWEEP_REASON and no attempt charged — the call may have been
+ * placed, so it is never dialled again under a new key (SPEC C9), and an unknown outcome uses
+ * up no attempt (D5)), call_batch at a time. call_end ends each one
  * exactly once, whichever worker's sweep gets there first.
  *
  * Retention (§7), one elected worker: the one holding the leases row 'retention' (taken or
@@ -38,6 +40,11 @@
  */
 #ifndef DSP_WORKER_SWEEP_H
 #define DSP_WORKER_SWEEP_H
+
+/* The outcome_reason of a swept call and the last_error of its contact. */
+#define SWEEP_REASON                                                                               \
+	"no terminal event within the maximum call duration: the call may have been placed;"       \
+	" not dialled again"
 
 #include "call_end.h"
 #include "dial.h"

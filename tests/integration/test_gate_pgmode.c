@@ -468,6 +468,44 @@ static void deadline_bounds_the_transaction(void **state)
 	gp_close(&e);
 }
 
+/* The call row's created_at is the write's own time, after the org row's lock was granted:
+ * not the transaction's start (now()), which came before the wait, so intervals from
+ * created_at overlapped beyond the limit though the live calls never did. */
+static void created_at_after_the_lock(void **state)
+{
+	static const char *const agents[] = { "a0" };
+	struct gp e;
+	struct adm p = { 0 };
+	char id[37], granted[64];
+
+	(void)state;
+	gp_seed_org(admin, "ca", 5, 0, 1, agents, NULL, 2);
+	struct gate_pg_dial c[] = { cand("ca_c0", gp_contact(admin, "ca", 0, 0)) };
+	struct gate_pgmode_req r = req(id, c, 1);
+
+	gp_open(&e, &svc, 1, "created");
+	gp_sql(holder, "BEGIN");
+	gp_sql(holder, "SELECT 1 FROM organisations WHERE id = 'ca' FOR UPDATE");
+	assert_int_equal(
+		gate_pgmode_admit(e.g, "ca", (uint64_t)gp_epoch(admin), 60000, &r, 1, adm_cb, &p),
+		0);
+	gp_wait_for(e.lp, admin, "transactionid", 1); /* on the org row, its transaction begun */
+	PGresult *t = fixture_sql(holder, "SELECT clock_timestamp()::text");
+	snprintf(granted, sizeof(granted), "%s", PQgetvalue(t, 0, 0));
+	PQclear(t);
+	gp_sql(holder, "COMMIT"); /* the lock is granted after this instant */
+	fixture_run_until_count(e.lp, &p.calls, 1, 60000);
+	assert_int_equal(p.status, 0);
+	assert_int_equal(p.a.results[0].outcome, GATE_PGMODE_ADMITTED);
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM calls WHERE id = '%s'"
+				" AND created_at >= '%s'::timestamptz",
+				id, granted),
+			 1);
+	gp_sql(admin, "UPDATE calls SET state = 'ended', ended_at = now() WHERE org_id = 'ca'");
+	gp_close(&e);
+}
+
 /* --- several workers at once --- */
 
 #define WORKERS	    3
@@ -679,6 +717,7 @@ int main(void)
 		cmocka_unit_test(floors_waiters_release),
 		cmocka_unit_test(lost_before_commit_admits_nothing),
 		cmocka_unit_test(deadline_bounds_the_transaction),
+		cmocka_unit_test(created_at_after_the_lock),
 		cmocka_unit_test(concurrent_admissions_never_exceed),
 		cmocka_unit_test(campaign_read_is_flat),
 	};

@@ -14,6 +14,8 @@
 
 #include "worker_env.h"
 
+#include "log_capture.h"
+
 static struct embedded svc;
 static PGconn *admin;
 
@@ -445,11 +447,51 @@ static void dispositions(void **state)
 	wenv_close(&w);
 }
 
+/* PostgreSQL lost while it records an event (its statement waits on the call row the test
+ * holds; its backend is terminated): answered 503, the provider sends it again, nothing is
+ * lost — a condition that recovers by design, so a warning, not an error (common/log.h). Old
+ * code: "provider events not recorded" at error. */
+static void lost_connection_is_a_warning(void **state)
+{
+	struct wenv w;
+	struct wpost p;
+	char id[37], body[512], pid[24], out[8192], lvl[16];
+	long long k = gp_contact(admin, "ek", 0, 0);
+	PGconn *holder = fixture_pg(&svc);
+	struct log_capture lc;
+
+	(void)state;
+	wenv_open(&w, &svc, NULL);
+	gp_uuid(id, 1101);
+	wenv_call(&w, admin, "ek", id, k);
+	gp_sql(holder, "BEGIN");
+	gp_sql(holder, "SELECT 1 FROM calls WHERE id = '%s' FOR UPDATE", id);
+	log_capture_begin(&lc, LOG_WARN);
+	wenv_post_async(&w, wenv_event(body, sizeof(body), id, "pc_k", "answered", 2), NULL, &p);
+	gp_wait_for(&w.ge.loop, admin, "transactionid", 1); /* the event's statement waits */
+	snprintf(pid, sizeof(pid), "%lld",
+		 gp_int(admin, "SELECT pid FROM pg_locks WHERE NOT granted AND"
+			       " locktype = 'transactionid'"));
+	terminate_backend(admin, pid);
+	fixture_run_until_count(&w.ge.loop, &p.done, 1, 60000);
+	log_capture_end(&lc, out, sizeof(out));
+	assert_int_equal(p.status, 503);
+	assert_non_null(log_capture_level(out, "provider events not recorded", lvl, sizeof(lvl)));
+	assert_string_equal(lvl, "warn");
+	gp_sql(holder, "ROLLBACK");
+	PQfinish(holder);
+	/* The provider's retry is recorded. */
+	assert_int_equal(
+		wenv_post(&w, wenv_event(body, sizeof(body), id, "pc_k", "answered", 2), NULL),
+		200);
+	wenv_close(&w);
+}
+
 static int setup(void **state)
 {
 	static const char *const agents[] = { "a0" };
 	static const char *const orgs[] = { "ea", "eb", "ec", "ed", "ee", "ef",
-					    "eg", "eh", "ei", "ej", NULL };
+					    "eg", "eh", "ei", "ej", "ek", NULL };
 
 	(void)state;
 	fixture_start(&svc, true, true, false, true);
@@ -489,6 +531,7 @@ int main(void)
 		cmocka_unit_test(early_and_unknown),
 		cmocka_unit_test(retry_policy),
 		cmocka_unit_test(dispositions),
+		cmocka_unit_test(lost_connection_is_a_warning),
 	};
 	int rc;
 

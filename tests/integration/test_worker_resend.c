@@ -149,12 +149,54 @@ static void orphans_resent_once(void **state)
 	wproc_stub_stop(&stub);
 }
 
+/* D2: a call whose sends all got unknown outcomes (503 at once, every try) is marked 'unknown'
+ * (its slots held until an event or the sweep), no attempt charged. Old code: the mark was
+ * submitted without a callback, refused (-EINVAL), and the call stayed 'dialing'. */
+static void unknown_after_resends(void **state)
+{
+	char env[256];
+	struct stub_config sc;
+
+	(void)state;
+	wproc_seed_small(db);
+	PQclear(fixture_sql(db, "UPDATE organisations SET org_limit = 1")); /* one call */
+	stub_config_defaults(&sc);
+	sc.defaults.fail_pct = 100; /* 503 at once, nothing placed */
+	sc.defaults.fail_status = 503;
+	wproc_stub_start(&stub, &sc);
+	snprintf(env, sizeof(env), "http://127.0.0.1:%d", stub.port);
+	setenv("PROVIDER_URL", env, 1);
+	setenv("PROVIDER_WEBHOOK_SECRET", "stub-secret", 1);
+	snprintf(env, sizeof(env), "127.0.0.1:%d", wproc_free_port());
+	setenv("DISPATCHER_LISTEN", env, 1);
+	setenv("DISPATCHER_LOG_LEVEL", getenv("TEST_LOG_LEVEL") ? getenv("TEST_LOG_LEVEL") : "warn",
+	       1);
+	setenv("DISPATCHER_LEASE_SECONDS", "10", 1);
+	setenv("BATCH_DISPATCH_SLOT_WAIT_SECONDS", "1", 1);
+	setenv("DISPATCHER_PROVIDER_TIMEOUT_MS", "4000", 1);
+	w1 = spawn_worker("w1");
+
+	long long deadline = fixture_now_ms() + WAIT_MS;
+	while (sql_int("SELECT count(*) FROM calls WHERE state = 'unknown'") < 1 &&
+	       fixture_now_ms() < deadline)
+		fixture_sleep_ms(50);
+	assert_int_equal(sql_int("SELECT count(*) FROM calls WHERE state = 'unknown'"), 1);
+	assert_int_equal(sql_int("SELECT count(*) FROM calls"), 1);
+	assert_int_equal((int)stub_stat("calls_placed"), 0);
+	assert_true(stub_stat("requests") >= 4); /* D2: 5xx, 4 tries */
+	assert_int_equal(sql_int("SELECT count(*) FROM contacts WHERE attempts > 0"), 0);
+
+	kill(w1, SIGTERM);
+	assert_int_equal(fixture_wait(w1), 0);
+	w1 = 0;
+	wproc_stub_stop(&stub);
+}
+
 static int setup(void **state)
 {
 	(void)state;
 	fixture_start(&svc, true, true, false, true);
 	db = fixture_pg(&svc);
-	curl_global_init(CURL_GLOBAL_DEFAULT);
 	return 0;
 }
 
@@ -171,13 +213,16 @@ static int teardown(void **state)
 	wproc_stub_stop(&stub);
 	PQfinish(db);
 	embedded_stop(&svc);
+	w1 = w2 = 0;
 	return 0;
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(orphans_resent_once),
+		cmocka_unit_test_setup_teardown(orphans_resent_once, setup, teardown),
+		cmocka_unit_test_setup_teardown(unknown_after_resends, setup, teardown),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -145,8 +145,29 @@ static void max_duration_sweep(void **state)
 				" AND outcome = 'swept'",
 				old),
 			 1);
-	assert_string_equal(state_of(b, ko), "pending"); /* the retry policy: attempt 1 of 3 */
-	assert_int_equal(gp_int(admin, "SELECT attempts FROM contacts WHERE id = %lld", ko), 1);
+	/* The call may have been placed: the contact ends, never dialled again under a new key
+	 * (C9), and the unknown outcome charges no attempt (D5). Before: pending, attempts 1. */
+	assert_string_equal(state_of(b, ko), "failed");
+	assert_int_equal(gp_int(admin,
+				"SELECT count(*) FROM contacts WHERE id = %lld AND attempts = 0"
+				" AND tries = 0 AND last_outcome = 'swept' AND last_error = '%s'"
+				" AND lease_token IS NULL",
+				ko, SWEEP_REASON),
+			 1);
+	r = run_pass(&w, sweep_run_leases); /* nothing brings it back */
+	assert_string_equal(state_of(b, ko), "failed");
+	/* Its batch paused: ended all the same (held, it would be dialled on resume). */
+	char paused[37];
+	long long kp = gp_contact(admin, "sb", 0, 2);
+	wenv_call(&w, admin, "sb", gp_uuid(paused, 9203), kp);
+	gp_sql(admin, "UPDATE calls SET created_at = now() - interval '3 hours' WHERE id = '%s'",
+	       paused);
+	gp_sql(admin, "UPDATE batches SET status = 'paused' WHERE id = 'sb_b0'");
+	r = run_pass(&w, sweep_run_calls);
+	assert_int_equal(r.swept, 1);
+	assert_string_equal(state_of(b, kp), "failed");
+	assert_int_equal(gp_int(admin, "SELECT attempts FROM contacts WHERE id = %lld", kp), 0);
+	gp_sql(admin, "UPDATE batches SET status = 'active' WHERE id = 'sb_b0'");
 	assert_int_equal(gp_int(admin,
 				"SELECT count(*) FROM calls WHERE id = '%s' AND state ="
 				" 'dialing'",
