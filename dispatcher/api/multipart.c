@@ -156,13 +156,19 @@ static int part_headers(struct multipart *m)
 				return bad(m,
 					   "a part's Content-Disposition is not form-data with a "
 					   "name");
-			char fn[sizeof(p->filename)];
+			/* read whole (a browser may send a full Windows path longer than the
+			 * name kept), then the last segment */
+			char fn[MULTIPART_HEADERS_MAX];
 			if (multipart_param(v, "filename", fn, sizeof(fn))) {
 				const char *base = fn;
 				for (const char *q = fn; *q; q++)
 					if (*q == '/' || *q == '\\')
 						base = q + 1;
-				snprintf(p->filename, sizeof(p->filename), "%s", base);
+				size_t n = strlen(base); /* a longer name is cut */
+				if (n >= sizeof(p->filename))
+					n = sizeof(p->filename) - 1;
+				memcpy(p->filename, base, n);
+				p->filename[n] = '\0';
 				p->has_filename = true;
 			}
 		} else if (strcasecmp(line, "Content-Type") == 0) {

@@ -130,6 +130,9 @@ static void call_drop(struct api_call *c)
  * UTF-8 boundary. */
 static void name_from_file(char *out, size_t size, const char *file)
 {
+	for (const char *q = file; *q; q++) /* a path before the name is dropped */
+		if (*q == '/' || *q == '\\')
+			file = q + 1;
 	size_t n = strlen(file);
 
 	if (n > BATCH_IMPORT_MAX_NAME) {

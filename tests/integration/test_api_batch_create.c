@@ -337,6 +337,11 @@ static void csv_created(void **state)
 	assert_string_equal(api_str(j, "name"), "raw list.csv");
 	assert_int_equal(api_num(j, "total_contacts"), 2);
 	cJSON_Delete(j);
+	/* ... its path dropped, as a part's (/ and \ both separate). */
+	j = post_json("/v2/batches/upload?campaign_id=cmp-a&filename=C%3A%5Cdir%2Fsub%5Cb.csv",
+		      "text/csv", "phone\n+14155550205\n", 201);
+	assert_string_equal(api_str(j, "name"), "b.csv");
+	cJSON_Delete(j);
 }
 
 static void csv_errors(void **state)

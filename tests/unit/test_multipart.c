@@ -117,6 +117,17 @@ static void parts_any_split(void **state)
 		"\r\n--bn\r\r\n--b+1\r\n\r\n--bnd--\r\nepilogue\r\n--bnd\r\n",
 		"campaign_id|-|=cmp-a;file|a.csv|text/csv=phone\r\n--\r\n--bn\r\r\n--b+1"
 		"\r\n;");
+	/* A full Windows path longer than the name kept (256 bytes): its last segment still. */
+	{
+		char body[2048], dir[400];
+		memset(dir, 'd', sizeof(dir) - 1);
+		dir[sizeof(dir) - 1] = '\0';
+		snprintf(body, sizeof(body),
+			 "--bnd\r\nContent-Disposition: form-data; name=\"file\"; "
+			 "filename=\"C:\\\\%s\\\\list.csv\"\r\n\r\nphone\r\n--bnd--",
+			 dir);
+		check_all_ways("bnd", body, "file|list.csv|=phone;");
+	}
 	/* The body starting with the boundary; an empty part. */
 	check_all_ways("x'()+_,-./:=?y",
 		       "--x'()+_,-./:=?y\r\ncontent-disposition: form-data; name=e\r\n\r\n"
