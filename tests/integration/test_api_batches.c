@@ -171,6 +171,33 @@ static long long wait_floor(const char *campaign, int floor)
 	return wait_floor_as(k1, campaign, floor);
 }
 
+/* One held call of org ends at the stub: batch want, below its floor, must be dialled on that
+ * line within P3_MS, and batch other not at all meanwhile. */
+static void line_goes_to(const char *what, const char *org, const char *want, const char *other)
+{
+	PGresult *q = api_sql(db,
+			      "SELECT id FROM calls WHERE org_id = '%s' AND state <> 'ended'"
+			      " ORDER BY id LIMIT 1",
+			      org);
+	char end1[128];
+	assert_int_equal(PQntuples(q), 1);
+	snprintf(end1, sizeof(end1), "{\"idempotency_key\":\"%s\"}", PQgetvalue(q, 0, 0));
+	PQclear(q);
+	long long want_before = calls_of(want), other_before = calls_of(other);
+	long long t1 = fixture_now_ms();
+	free(wproc_stub_http(&stub, "/control/end", end1));
+	while (calls_of(want) == want_before) {
+		if (fixture_now_ms() - t1 > P3_MS)
+			fail_msg("%s: %s not dialled within %d ms of a freed line (%s dialled %lld"
+				 " meanwhile)",
+				 what, want, P3_MS, other, calls_of(other) - other_before);
+		fixture_sleep_ms(10);
+	}
+	assert_int_equal(calls_of(other), other_before); /* the one freed line went to want */
+	print_message("%s: %s dialled %lld ms after a line freed\n", what, want,
+		      fixture_now_ms() - t1);
+}
+
 static long long in_state(const char *batch, const char *state)
 {
 	return sql_int("SELECT count(*) FROM contacts WHERE batch_id = '%s' AND state = '%s'",
@@ -270,24 +297,7 @@ static void control_mid_run(void **state)
 	ms = wait_floor("c1", 1);
 	print_message("resume under load: c1's floor installed %lld ms after b1 was claimed\n", ms);
 	assert_int_equal(calls_of("b1"), b1_calls);
-	PGresult *q = api_sql(db, "SELECT id FROM calls WHERE org_id = 'o1' AND state <> 'ended'"
-				  " ORDER BY id LIMIT 1");
-	char end1[128];
-	assert_int_equal(PQntuples(q), 1);
-	snprintf(end1, sizeof(end1), "{\"idempotency_key\":\"%s\"}", PQgetvalue(q, 0, 0));
-	PQclear(q);
-	long long b3_before = calls_of("b3"), t1 = fixture_now_ms();
-	free(wproc_stub_http(&stub, "/control/end", end1));
-	while (calls_of("b1") == b1_calls) {
-		if (fixture_now_ms() - t1 > P3_MS)
-			fail_msg("resume under load: b1 not dialled within %d ms of a freed line"
-				 " (b3 dialled %lld meanwhile)",
-				 P3_MS, calls_of("b3") - b3_before);
-		fixture_sleep_ms(10);
-	}
-	assert_int_equal(calls_of("b3"), b3_before); /* the one freed line went to b1 */
-	print_message("resume under load: b1 dialled %lld ms after a line freed\n",
-		      fixture_now_ms() - t1);
+	line_goes_to("resume under load", "o1", "b1", "b3");
 	/* Pause it again for what follows: its claimed contacts back, its calls finish. */
 	assert_int_equal(ctl("b1", "pause", k1, st), 200);
 	next_round(1);
@@ -552,24 +562,7 @@ static void resume_notify_lost(void **state)
 	long long ms = wait_floor_as(k4, "c8", 1);
 	print_message("notification lost: c8's floor installed %lld ms after b8 was claimed\n", ms);
 	assert_int_equal(calls_of("b8"), 0);
-	PGresult *q = api_sql(db, "SELECT id FROM calls WHERE org_id = 'o4' AND state <> 'ended'"
-				  " ORDER BY id LIMIT 1");
-	char end1[128];
-	assert_int_equal(PQntuples(q), 1);
-	snprintf(end1, sizeof(end1), "{\"idempotency_key\":\"%s\"}", PQgetvalue(q, 0, 0));
-	PQclear(q);
-	long long b7_before = calls_of("b7"), t1 = fixture_now_ms();
-	free(wproc_stub_http(&stub, "/control/end", end1));
-	while (calls_of("b8") == 0) {
-		if (fixture_now_ms() - t1 > P3_MS)
-			fail_msg("notification lost: b8 not dialled within %d ms of a freed line"
-				 " (b7 dialled %lld meanwhile)",
-				 P3_MS, calls_of("b7") - b7_before);
-		fixture_sleep_ms(10);
-	}
-	assert_int_equal(calls_of("b7"), b7_before); /* the one freed line went to b8 */
-	print_message("notification lost: b8 dialled %lld ms after a line freed\n",
-		      fixture_now_ms() - t1);
+	line_goes_to("notification lost", "o4", "b8", "b7");
 	assert_int_equal(ctl("b7", "stop", k4, st), 200);
 	assert_int_equal(ctl("b8", "stop", k4, st), 200);
 	free(wproc_stub_http(&stub, "/control/end", "{\"org_id\":\"o4\"}"));
